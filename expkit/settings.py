@@ -1,0 +1,161 @@
+"""Runner settings: a typed schema registered with Hydra, composed from ``conf/``.
+
+``@hydra.main`` cannot take ``expkit run PATH``, so the CLI parses its own arguments
+and composes settings through Hydra's Compose API. Precedence, lowest first: the
+schema's defaults, ``conf/expkit.yaml`` and its preset files, the manifest's own
+``measure:`` section, then ``key=value`` overrides from the command line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional, Sequence
+
+from .errors import ConfigError
+from .paths import conf_dir
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How long and how hard to measure one case.
+
+    Sampling goes on in rounds (one block of baseline and one of candidate each, in a
+    random order) until the ``confidence`` interval on the speedup is within
+    ``±target_ci`` (relative), after at least ``min_rounds`` rounds and ``min_seconds``
+    of timed work, and stops at ``max_seconds`` of timed work whatever it shows.
+    """
+
+    name: str = "default"
+    warmup_seconds: float = 0.2
+    min_rounds: int = 10
+    max_rounds: int = 5000
+    min_seconds: float = 0.5
+    max_seconds: float = 30.0
+    target_ci: float = 0.01
+    confidence: float = 0.95
+    min_block_seconds: float = 0.005
+    input_sets: int = 4
+    bootstrap: int = 2000
+    cold: bool = True
+
+
+@dataclass(frozen=True)
+class OracleSettings:
+    """Correctness trials: fresh inputs each trial from the per-run seed."""
+
+    trials: int = 3
+    edge_cases: bool = True
+    calibrate: bool = True
+
+
+@dataclass(frozen=True)
+class CostSettings:
+    """Price of the machine. ``usd_per_hour`` overrides the price list."""
+
+    provider: Optional[str] = None
+    usd_per_hour: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class LauncherSettings:
+    name: str = "local"
+    timeout_seconds: float = 1800.0
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    gpus_per_task: int = 1
+    time_minutes: int = 60
+
+
+@dataclass(frozen=True)
+class Settings:
+    measure: MeasureSettings = field(default_factory=MeasureSettings)
+    oracle: OracleSettings = field(default_factory=OracleSettings)
+    cost: CostSettings = field(default_factory=CostSettings)
+    launcher: LauncherSettings = field(default_factory=LauncherSettings)
+    seed: Optional[int] = None
+    overrides: tuple = ()
+
+
+_registered = False
+
+
+def _register() -> None:
+    global _registered
+    if _registered:
+        return
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="expkit_schema", node=_schema_node())
+    _registered = True
+
+
+def _schema_node() -> Any:
+    # Hydra wants mutable dataclasses (it writes into them while composing); derive
+    # them from the frozen ones so the fields are declared once.
+    import dataclasses
+
+    import typing
+
+    def thaw(cls: type) -> type:
+        fields = []
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.default_factory is not dataclasses.MISSING and dataclasses.is_dataclass(f.default_factory):
+                sub = thaw(f.default_factory)  # type: ignore[arg-type]
+                fields.append((f.name, sub, dataclasses.field(default_factory=sub)))
+            elif f.name == "overrides":
+                continue
+            else:
+                fields.append((f.name, hints[f.name], dataclasses.field(default=f.default)))
+        return dataclasses.make_dataclass(cls.__name__ + "Schema", fields)
+
+    return thaw(Settings)
+
+
+def load_settings(overrides: Sequence[str] = (), manifest_measure: Any = None) -> Settings:
+    """Compose settings from ``conf/`` and ``overrides`` (``key=value`` strings).
+
+    ``manifest_measure`` (a :class:`expkit.manifest.Measure`) sits between the preset
+    and the command line: the manifest may pick a preset and tighten its numbers, and
+    the command line still has the last word.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    _register()
+    overrides = list(overrides)
+    for o in overrides:
+        if "=" not in o:
+            raise ConfigError(f"override {o!r}: expected key=value, e.g. measure=quick")
+    cli_keys = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    if manifest_measure is not None and manifest_measure.preset and "measure" not in cli_keys:
+        overrides = [f"measure={manifest_measure.preset}"] + overrides
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3", job_name="expkit"):
+            cfg = compose(config_name="expkit", overrides=overrides)
+        data = OmegaConf.to_container(cfg, resolve=True)
+    except (HydraException, OmegaConfBaseException) as e:
+        first = str(e).strip().splitlines()[0]
+        raise ConfigError(f"configuration ({conf_dir()}): {first}; overrides were {overrides}") from None
+    assert isinstance(data, dict)
+    measure = MeasureSettings(**data["measure"])
+    if manifest_measure is not None:
+        updates = {k: getattr(manifest_measure, k) for k in ("target_ci", "max_seconds", "min_rounds")
+                   if getattr(manifest_measure, k) is not None and f"measure.{k}" not in cli_keys}
+        measure = replace(measure, **updates)
+    return Settings(
+        measure=measure,
+        oracle=OracleSettings(**data["oracle"]),
+        cost=CostSettings(**data["cost"]),
+        launcher=LauncherSettings(**data["launcher"]),
+        seed=data.get("seed"),
+        overrides=tuple(overrides),
+    )
+
+
+def as_dict(settings: Settings) -> dict:
+    import dataclasses
+
+    return dataclasses.asdict(settings)

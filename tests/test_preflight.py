@@ -1,0 +1,123 @@
+import textwrap
+
+import pytest
+import torch
+
+from expkit import preflight
+from expkit.errors import ManifestError
+from expkit.manifest import load
+from expkit.settings import OracleSettings
+
+KERNELS = textwrap.dedent('''
+    import torch
+    def inputs(params, gen, device):
+        n = params["n"]
+        return (torch.randn(n, generator=gen, device=device),)
+    def base(x): return x * 2
+    def good(x): return x + x
+    def tail_unwritten(x):
+        out = torch.empty_like(x)
+        k = (x.numel() // 4) * 4
+        out[:k] = x[:k] * 2
+        return out
+    def mutates(x):
+        y = x * 2
+        x.zero_()
+        return y
+    def aliased(x): return x.mul_(2)
+    class Lazy(torch.Tensor): pass
+    def subclass(x): return (x * 2).as_subclass(Lazy)
+    def raises(x): raise RuntimeError("boom")
+    def bad_factory(params, gen, device): raise KeyError("n")
+    def tiny_inputs(params, gen, device):
+        return (1e-9 * torch.randn(params["n"], generator=gen, device=device),)
+''')
+
+
+def setup(tmp_path, candidate, factory="k:inputs", free="[n]", oracle="{kind: allclose}"):
+    (tmp_path / "k.py").write_text(KERNELS)
+    (tmp_path / "m.yaml").write_text(textwrap.dedent(f'''
+        name: t
+        claim: {{speedup: 1.5}}
+        baseline: k:base
+        candidate: k:{candidate}
+        inputs: {{factory: "{factory}", free: {free}}}
+        cases: [{{name: c, params: {{n: 64}}}}]
+        oracles: [{oracle}]
+    '''))
+    lm = load(tmp_path / "m.yaml")
+    import importlib, sys
+    sys.path.insert(0, str(tmp_path))
+    sys.modules.pop("k", None)
+    k = importlib.import_module("k")
+    sys.path.remove(str(tmp_path))
+    return lm, k
+
+
+def run(tmp_path, candidate, **kw):
+    lm, k = setup(tmp_path, candidate, **kw)
+    factory = getattr(k, lm.manifest.inputs.factory.split(":")[1])
+    return preflight.run_preflight(lm, k.base, getattr(k, candidate), factory, run_seed=1,
+                                   settings=OracleSettings(), device="cpu")
+
+
+def failures(res):
+    return [(f.check, f.case) for f in res.findings if not f.ok]
+
+
+def test_honest_candidate_passes_every_case_including_edges(tmp_path):
+    res = run(tmp_path, "good")
+    assert not res.invalid, failures(res)
+    assert "c/n=13" in res.cases_checked and "c/n=65" in res.cases_checked
+
+
+def test_unwritten_tail_fails_only_on_awkward_sizes(tmp_path):
+    res = run(tmp_path, "tail_unwritten")
+    assert res.invalid
+    bad_cases = {c for _, c in failures(res)}
+    assert "c" not in bad_cases and "c/n=13" in bad_cases
+    msg = next(f.message for f in res.findings if f.case == "c/n=13")
+    assert "NaN" in msg  # poisoned allocation shows the unwritten elements
+
+
+def test_input_mutation_is_caught(tmp_path):
+    assert ("inputs", "c") in failures(run(tmp_path, "mutates"))
+
+
+def test_aliased_output_is_caught(tmp_path):
+    res = run(tmp_path, "aliased")
+    assert any(f.check in ("output", "inputs") for f in res.findings if not f.ok)
+
+
+def test_tensor_subclass_output_is_rejected(tmp_path):
+    res = run(tmp_path, "subclass")
+    assert ("output", "c") in failures(res)
+
+
+def test_crash_is_invalid_with_the_error(tmp_path):
+    res = run(tmp_path, "raises")
+    f = next(f for f in res.findings if f.check == "crash")
+    assert "RuntimeError: boom" in f.message
+
+
+def test_vacuous_oracle_is_flagged(tmp_path):
+    res = run(tmp_path, "good", factory="k:tiny_inputs", free="[]")
+    assert any(f.check == "calibration:allclose" and not f.ok for f in res.findings)
+
+
+def test_factory_error_is_a_manifest_error(tmp_path):
+    with pytest.raises(ManifestError) as e:
+        run(tmp_path, "good", factory="k:bad_factory")
+    assert e.value.key == "inputs.factory" and "KeyError" in str(e.value)
+
+
+def test_seeds_are_derived_and_replayable():
+    assert preflight.derive_seed(1, "c", 0) == preflight.derive_seed(1, "c", 0)
+    assert preflight.derive_seed(1, "c", 0) != preflight.derive_seed(2, "c", 0)
+
+
+def test_edge_sizes_avoid_friendly_divisors():
+    sizes = preflight.edge_sizes(4096)
+    assert 4097 in sizes and 1 in sizes and 4096 not in sizes
+    for d in (4, 8, 16, 128):
+        assert any(s % d for s in sizes)
