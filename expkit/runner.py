@@ -82,13 +82,8 @@ def _identity_check(lm: LoadedManifest, baseline: Callable, candidate: Callable,
         except Exception as e:
             return [Finding("crash", False, f"candidate raised {type(e).__name__}: {e} while profiled", run.name)], None
         _, base_trace = trace.capture(lambda: baseline(*base_args), cuda=cuda)
-        harness_stream = None
-        if cuda:
-            import torch
-
-            harness_stream = trace.stream_id(torch.cuda.current_stream())
         found = expectations.check_expectations(lm.manifest.expect, cand_trace, base_trace,
-                                                harness_stream=harness_stream)
+                                                harness_stream=cand_trace.harness_stream)
         findings = [Finding(f.check, f.ok, f.message, run.name, severity=getattr(f, "severity", "invalid"))
                     for f in found if not f.ok or run.declared]
         findings += [f for f in _target_findings(lm, cand_trace, run.name)]

@@ -1,0 +1,273 @@
+"""expkit.expectations: each check passes on the right trace and fails, with a message
+naming expected and observed, on the wrong one.
+
+GPU cases read the real H100 traces in tests/data/traces/ (see test_trace.py); CPU
+cases capture live traces of custom ops defined here under a test-only namespace.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from expkit.errors import ExpkitError
+from expkit.expectations import (Finding, baseline_fingerprint, check_expectations, matches_kernel,
+                                 matches_op)
+from expkit.manifest import Expect, LaunchExpect
+from expkit.trace import KernelEvent, OpEvent, Trace, capture, parse_chrome_trace
+
+TRACES = Path(__file__).parent / "data" / "traces"
+
+
+def load(name: str) -> Trace:
+    return parse_chrome_trace(TRACES / f"{name}.json")
+
+
+def by_check(findings, check):
+    return [f for f in findings if f.check == check]
+
+
+def failed(findings):
+    return [f for f in findings if not f.ok]
+
+
+VECTORIZED = Expect(must_run=("attn_vectorized*",),
+                    launch=(LaunchExpect("attn_vectorized*", block=(384, 1, 1)),))
+
+
+# --- GPU: the regression story ---------------------------------------------------------
+
+
+def test_intended_kernel_passes_every_check():
+    findings = check_expectations(VECTORIZED, load("attn_vectorized_k384"), load("sdpa_fp16"))
+    assert [f.check for f in findings] == ["identity", "forbidden", "launch", "stream"]
+    assert failed(findings) == []
+    assert "attn_vectorized_k384" in by_check(findings, "launch")[0].message
+
+
+def test_old_kernel_ran_instead():
+    findings = check_expectations(VECTORIZED, load("attn_basic_k128"), load("sdpa_fp16"))
+    (identity,) = by_check(findings, "identity")
+    assert not identity.ok
+    assert identity.message == ("expected kernel matching `attn_vectorized*` with block [384,1,1]; "
+                                "ran `attn_basic_k128` with block [128,1,1]")
+    (launch,) = by_check(findings, "launch")
+    assert not launch.ok and launch.message == identity.message
+    assert by_check(findings, "stream")[0].ok and by_check(findings, "forbidden")[0].ok
+
+
+def test_right_name_wrong_block():
+    expect = Expect(launch=(LaunchExpect("attn_vectorized*", block=(128,)),))
+    (launch,) = by_check(check_expectations(expect, load("attn_vectorized_k384"), load("sdpa_fp16")), "launch")
+    assert not launch.ok
+    assert launch.message == ("expected kernel matching `attn_vectorized*` with block [128,1,1]; "
+                              "ran `attn_vectorized_k384` with block [384,1,1]")
+
+
+def test_grid_registers_and_shared_memory_limits():
+    cand, base = load("attn_vectorized_k384"), load("sdpa_fp16")
+
+    def launch(**kw):
+        expect = Expect(launch=(LaunchExpect("attn_vectorized_k384", block=(384, 1, 1), **kw),))
+        return by_check(check_expectations(expect, cand, base), "launch")[0]
+
+    over = launch(max_shared_memory=4096)
+    assert not over.ok
+    assert over.message == ("expected kernel matching `attn_vectorized_k384` with block [384,1,1], "
+                            "shared memory <= 4096 B; ran `attn_vectorized_k384` with block [384,1,1], "
+                            "shared memory 6144 B")
+    assert launch(max_shared_memory=6144).ok
+    assert not launch(max_registers=8).ok and "16 registers/thread" in launch(max_registers=8).message
+    assert launch(max_registers=16).ok
+    wrong_grid = launch(grid=(682, 1, 1))
+    assert not wrong_grid.ok and "grid [682,1,1]" in wrong_grid.message and "grid [683,1,1]" in wrong_grid.message
+    assert launch(grid=(683,), max_shared_memory=8192, max_registers=32).ok
+
+
+@pytest.mark.parametrize("sdpa", ["sdpa_fp16", "sdpa_cudnn_fp16"])
+def test_block_384_of_sdpa_is_not_the_claimed_kernel(sdpa):
+    trace = load(sdpa)
+    # the precondition that makes this test mean something: SDPA really ran 384 threads
+    assert any(k.block == (384, 1, 1) for k in trace.kernels)
+    findings = check_expectations(VECTORIZED, trace, load("attn_basic_k128"))
+    assert not by_check(findings, "identity")[0].ok
+    (launch,) = by_check(findings, "launch")
+    assert not launch.ok
+    assert "`cudnn_generated_fort_native_sdpa_sm90_flash_fprop" in launch.message
+    assert "with block [384,1,1]" in launch.message
+    # ... while the same block under SDPA's own name is found: only the name was missing
+    own = Expect(launch=(LaunchExpect("cudnn_generated_*sdpa*", block=(384, 1, 1)),))
+    assert by_check(check_expectations(own, trace, trace), "launch")[0].ok
+
+
+def test_passthrough_to_the_baseline_is_forbidden_on_gpu():
+    sdpa = load("sdpa_fp16")
+    (forbidden,) = by_check(check_expectations(Expect(), sdpa, sdpa), "forbidden")
+    assert not forbidden.ok
+    assert "baseline op `aten::scaled_dot_product_attention` ran in the candidate" in forbidden.message
+    assert ("baseline kernel `cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_"
+            "4x1x1_cga1x1x1_kernel0_0` ran in the candidate (launched by `aten::_cudnn_attention_forward` "
+            "under `aten::scaled_dot_product_attention`)") in forbidden.message
+    allowed = Expect(allow=("aten::scaled_dot_product_attention", "cudnn_generated_*"))
+    assert by_check(check_expectations(allowed, sdpa, sdpa), "forbidden")[0].ok
+
+
+def test_side_stream_is_named_with_both_streams():
+    trace = load("side_stream_mm")
+    (stream,) = by_check(check_expectations(Expect(), trace, load("sdpa_fp16")), "stream")
+    assert not stream.ok
+    assert stream.message == ("kernel `sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x64x8_stage3_warpsize2x2x1_"
+                              "ffma_aligna4_alignc4_execute_kernel__5x_cublas` ran on stream 29; "
+                              "the harness times stream 7")
+    # an explicit harness stream wins over the marker's
+    assert by_check(check_expectations(Expect(), trace, trace, harness_stream=29), "stream")[0].ok
+    assert by_check(check_expectations(Expect(same_stream=False), trace, trace), "stream") == []
+
+
+def test_unknown_harness_stream_is_not_a_pass():
+    t = load("attn_basic_k128")
+    bare = Trace(t.ops, t.kernels, t.device_properties, {"activities": ("cpu", "cuda")})
+    (stream,) = by_check(check_expectations(Expect(), bare, bare), "stream")
+    assert not stream.ok and "unknown" in stream.message
+
+
+def test_gpu_trace_without_kernels_fails_launch():
+    empty = Trace((OpEvent("my::noop", 1, 0.0, 1.0, 1, 0),), (), (), {"activities": ("cpu", "cuda"),
+                                                                          "harness_stream": 7})
+    findings = check_expectations(VECTORIZED, empty, empty)
+    (launch,) = by_check(findings, "launch")
+    assert not launch.ok and "ran no kernel" in launch.message
+    assert not by_check(findings, "identity")[0].ok
+
+
+def test_must_not_run_on_gpu_matches_kernels_too():
+    expect = Expect(must_not_run=("*sdpa*",), forbid_baseline=False)
+    (f, _stream) = check_expectations(expect, load("sdpa_fp16"), load("sdpa_fp16"))
+    assert f.check == "forbidden" and not f.ok and "kernel `cudnn_generated" in f.message
+    assert check_expectations(expect, load("attn_basic_k128"), load("sdpa_fp16"))[0].ok
+
+
+# --- CPU: live captures of custom ops ---------------------------------------------------
+
+
+@torch.library.custom_op("expkit_expect_test::attn_basic", mutates_args=())
+def _attn_basic(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    scores = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
+    return scores.softmax(-1) @ v
+
+
+@torch.library.custom_op("expkit_expect_test::attn_passthrough", mutates_args=())
+def _attn_passthrough(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+@pytest.fixture(scope="module")
+def cpu_traces():
+    q, k, v = (torch.randn(1, 2, 16, 8) for _ in range(3))
+    return {
+        "baseline": capture(lambda: F.scaled_dot_product_attention(q, k, v), cuda=False)[1],
+        "basic": capture(lambda: torch.ops.expkit_expect_test.attn_basic(q, k, v), cuda=False)[1],
+        "passthrough": capture(lambda: torch.ops.expkit_expect_test.attn_passthrough(q, k, v), cuda=False)[1],
+    }
+
+
+def test_cpu_wrong_op_names_what_ran(cpu_traces):
+    expect = Expect(must_run=("expkit_expect_test::attn_vectorized",))
+    (identity, forbidden, _stream) = check_expectations(expect, cpu_traces["basic"], cpu_traces["baseline"])
+    assert not identity.ok
+    assert identity.message == ("expected op matching `expkit_expect_test::attn_vectorized`; "
+                                "ran `expkit_expect_test::attn_basic`")
+    assert forbidden.ok  # the honest op shares aten::matmul/softmax with SDPA's insides, not its identity
+
+
+def test_cpu_passthrough_is_caught_and_allow_lifts_it(cpu_traces):
+    expect = Expect(must_run=("expkit_expect_test::*",))
+    findings = check_expectations(expect, cpu_traces["passthrough"], cpu_traces["baseline"])
+    assert by_check(findings, "identity")[0].ok  # the wrapper's name alone proves nothing ...
+    (forbidden,) = by_check(findings, "forbidden")  # ... the baseline under it does
+    assert not forbidden.ok
+    assert forbidden.message == ("baseline op `aten::scaled_dot_product_attention` ran in the candidate "
+                                 "(under `expkit_expect_test::attn_passthrough`)")
+    allowed = Expect(must_run=("expkit_expect_test::*",), allow=("re:^aten::scaled_dot",))
+    assert failed(check_expectations(allowed, cpu_traces["passthrough"], cpu_traces["baseline"])) == []
+
+
+def test_cpu_must_not_run_regex(cpu_traces):
+    expect = Expect(must_not_run=("re:^aten::_scaled_dot_product_",), forbid_baseline=False)
+    (bad, _) = check_expectations(expect, cpu_traces["passthrough"], cpu_traces["baseline"])
+    assert not bad.ok and "`aten::_scaled_dot_product_flash_attention_for_cpu`" in bad.message
+    assert "(under `expkit_expect_test::attn_passthrough`)" in bad.message
+    (good, _) = check_expectations(expect, cpu_traces["basic"], cpu_traces["baseline"])
+    assert good.ok
+
+
+def test_cpu_launch_and_stream_are_not_applicable(cpu_traces):
+    findings = check_expectations(VECTORIZED, cpu_traces["basic"], cpu_traces["baseline"])
+    for f in by_check(findings, "launch") + by_check(findings, "stream"):
+        assert f.ok and f.message.startswith("not applicable")
+    # the recorded CPU-only fixture (taken on a GPU machine) reads the same way
+    cpu_fixture = load("cpu_only")
+    for f in by_check(check_expectations(VECTORIZED, cpu_fixture, cpu_fixture), "launch"):
+        assert f.ok and "not applicable" in f.message
+    # CPU must_run looks at ops only, and so does its message
+    (identity,) = by_check(findings, "identity")
+    assert identity.message == "expected op matching `attn_vectorized*`; ran `expkit_expect_test::attn_basic`"
+
+
+# --- the baseline fingerprint and pattern matching -----------------------------------------
+
+
+def _trace(top_ops, nested=(), kernels=(), gpu=False):
+    ops = []
+    for i, name in enumerate(top_ops):
+        ops.append(OpEvent(name, i + 1, i * 100.0, 50.0, 1, 0))
+    for j, name in enumerate(nested):  # nested under the first top-level op
+        ops.append(OpEvent(name, 100 + j, 1.0 + j, 1.0, 1, 1))
+    ks = tuple(KernelEvent(n, (1, 1, 1), (128, 1, 1), 32, 0, 7, None, 1, 0.0, 1.0, 0) for n in kernels)
+    return Trace(tuple(ops), ks, (), {"activities": ("cpu", "cuda") if gpu else ("cpu",), "harness_stream": 7})
+
+
+def test_structural_ops_are_not_the_baselines_work():
+    base = _trace(["aten::zeros", "aten::contiguous", "aten::empty_like", "aten::transpose", "aten::mm"],
+                  kernels=["void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float> >(int)",
+                           "void at::native::elementwise_kernel<128, 4, at::native::direct_copy_kernel_cuda>(int)",
+                           "ampere_sgemm_128x64_nn"], gpu=True)
+    ops, kernels = baseline_fingerprint(base)
+    assert ops == ("aten::mm",)
+    assert kernels == ("ampere_sgemm_128x64_nn",)
+    # only the top level: a nested aten::mm in the baseline is an implementation detail
+    assert baseline_fingerprint(_trace(["my::fused"], nested=["aten::mm"]))[0] == ("my::fused",)
+    honest = _trace(["my::kernel"], nested=["aten::zeros", "aten::contiguous", "aten::empty_like"])
+    assert check_expectations(Expect(), honest, base)[0].ok
+    cheat = _trace(["my::kernel"], nested=["aten::zeros", "aten::mm"])
+    (f, _) = check_expectations(Expect(), cheat, base)
+    assert not f.ok and f.message == "baseline op `aten::mm` ran in the candidate (under `my::kernel`)"
+
+
+def test_vacuous_fingerprint_says_so():
+    base = _trace(["aten::zeros", "aten::clone"])
+    (f, _) = check_expectations(Expect(), _trace(["aten::clone"]), base)
+    assert f.ok and "vacuous" in f.message
+    assert by_check(check_expectations(Expect(forbid_baseline=False), base, base), "forbidden") == []
+
+
+def test_pattern_matching():
+    name = "void ns::attn_vectorized_k384<64>(float4 const*, float4*)"
+    assert matches_kernel("attn_vectorized*", name)
+    assert matches_kernel("ns::attn_vectorized_k384", name)
+    assert matches_kernel("re:vectorized_k\\d+<", name)
+    assert not matches_kernel("Attn_vectorized*", name)  # case-sensitive
+    assert not matches_kernel("attn_basic*", name)
+    assert matches_op("expkit_examples::*", "expkit_examples::attn_basic")
+    assert not matches_op("attn_basic", "expkit_examples::attn_basic")  # ops by qualified name
+    with pytest.raises(ExpkitError, match="not a valid regular expression"):
+        matches_op("re:attn(", "x")
+
+
+def test_findings_are_frozen():
+    f = Finding("identity", True, "ok")
+    with pytest.raises(AttributeError):
+        f.ok = False  # type: ignore[misc]
