@@ -173,6 +173,10 @@ def run_manifest(
         custom_oracles=custom, identity=_identity_check(lm, baseline, candidate, device),
     )
     findings: List[Finding] = list(pre.findings)
+    if device == "cuda":
+        from .target import catalog_mismatches
+
+        findings += catalog_mismatches()
     findings += _model_oracles(lm, baseline, candidate, device)
     estimates: Dict[str, stats.Estimate] = {}
     measured: Dict[str, measure.CaseSamples] = {}
