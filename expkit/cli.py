@@ -33,6 +33,12 @@ def _parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="re-render report.md of a run folder from its stored files")
     rep.add_argument("run_dir", type=Path)
+
+    bis = sub.add_parser("bisect", help="git bisect with the manifest's verdict as the oracle")
+    bis.add_argument("good", help="a commit where the claim holds")
+    bis.add_argument("bad", help="a commit where it does not")
+    bis.add_argument("manifest", help="the manifest, inside the repository being bisected")
+    bis.add_argument("overrides", nargs="*", default=["measure=quick"], help="runner settings (default measure=quick)")
     return p
 
 
@@ -78,7 +84,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "validate": cmd_validate, "report": cmd_report}
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from .bisect import bisect
+
+    res = bisect(args.good, args.bad, args.manifest, args.overrides)
+    for st in res.steps:
+        print(f"  {st.commit[:12]}  {st.verdict}")
+    if res.first_bad is None:
+        print("no first bad commit found (every step skipped, or the range is wrong)")
+        return 1
+    print(f"first bad commit: {res.first_bad} ({res.verdict})")
+    for r in res.reasons[:3]:
+        print(f"  - {r}")
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "validate": cmd_validate, "report": cmd_report, "bisect": cmd_bisect}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

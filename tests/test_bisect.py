@@ -1,0 +1,53 @@
+"""expkit bisect finds a planted bad commit in a throwaway repository."""
+
+import subprocess
+import textwrap
+
+import pytest
+
+from expkit.bisect import bisect
+
+GOOD = "def candidate(x):\n    return x + x\n"
+BAD = "def candidate(x):\n    y = x + x\n    y[-1] = 0.0  # the planted bug\n    return y\n"
+HELPERS = textwrap.dedent('''
+    import torch
+    def baseline(x):
+        return x * 2
+    def inputs(params, gen, device):
+        return (torch.randn(params["n"], generator=gen, device=device),)
+''')
+MANIFEST = textwrap.dedent('''
+    name: bisect-me
+    claim: {speedup: 0.01, tolerance: 0.0}
+    baseline: helpers:baseline
+    candidate: kern:candidate
+    inputs: {factory: helpers:inputs}
+    cases: [{name: c, params: {n: 256}}]
+    oracles: [{kind: exact}]
+''')
+
+
+def git(repo, *args):
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+@pytest.mark.slow
+def test_bisect_finds_the_planted_commit(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    git(repo, "config", "user.email", "t@t")
+    git(repo, "config", "user.name", "t")
+    (repo / "helpers.py").write_text(HELPERS)
+    (repo / "m.yaml").write_text(MANIFEST)
+    shas = []
+    for i, body in enumerate([GOOD, GOOD + "# 1\n", BAD, BAD + "# 3\n", BAD + "# 4\n"]):
+        (repo / "kern.py").write_text(body)
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", f"commit {i}")
+        shas.append(subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True,
+                                   text=True).stdout.strip())
+    res = bisect(shas[0], shas[-1], repo / "m.yaml", ["measure=quick", "measure.max_seconds=0.2"])
+    assert res.first_bad == shas[2]
+    assert res.verdict == "invalid"
+    assert any(r.startswith("oracle:exact") for r in res.reasons)
