@@ -7,6 +7,14 @@ rendered from these files alone (see ``report.py``), so it can be re-rendered la
 result.json history (``schema_version``):
   1 -- first version: verdict, reasons, claim, measured (per case and overall),
        checks, identity, timing, cost, environment summary, seed.
+  2 -- adds ``savings`` (device time and dollars saved per million calls, and per day
+       where the manifest declares a call rate; see ``savings.py``), ``roofline``
+       (achieved fraction of the device's peak where the manifest declares work, else
+       null; see ``roofline.py``) and ``telemetry`` (samples and flagged samples per
+       case, clock summaries where NVML ran). Upgrading a 1 derives ``savings`` from the
+       stored medians and price, sets ``roofline`` to null (no version-1 manifest
+       declared work), keeps the version-1 telemetry note with the counts unknown, and
+       records ``upgraded_from: 1``.
 samples.csv history (column ``schema_version``):
   1 -- case, side, round, position, number, seconds, t_start, t_end, flagged.
 """
@@ -21,15 +29,32 @@ from typing import Any, Dict, Mapping
 
 import pandas as pd
 
-RESULT_SCHEMA_VERSION = 1
+RESULT_SCHEMA_VERSION = 2
 SAMPLES_SCHEMA_VERSION = 1
 RESULT = "result.json"
 SAMPLES = "samples.csv"
 ENV = "env.json"
 REPORT = "report.md"
 
-# Upgrades from older result.json versions, applied in order on load.
-_UPGRADES: Dict[int, Any] = {}
+
+
+def _upgrade_1_to_2(data: Dict[str, Any]) -> Dict[str, Any]:
+    from .savings import savings
+
+    out = dict(data)
+    cases = (data.get("measured") or {}).get("cases") or {}
+    out["savings"] = savings(cases, data.get("cost") or {}, {})
+    out["roofline"] = None
+    out["telemetry"] = {"note": (data.get("environment") or {}).get("telemetry"), "samples": None,
+                        "flagged": None, "cases": {}}
+    out["schema_version"] = 2
+    out["upgraded_from"] = int(data.get("schema_version", 1))
+    return out
+
+
+# Upgrades from older result.json versions, applied in order on load: version -> function
+# returning the next version's dict. Never edit one once released; add the next instead.
+_UPGRADES: Dict[int, Any] = {1: _upgrade_1_to_2}
 
 
 def atomic_write(path: Path, data: bytes | str) -> None:
@@ -85,6 +110,24 @@ def load_result(path: Path) -> Dict[str, Any]:
         raise ExpkitError(f"{path}: schema_version {version} is newer than this expkit reads "
                           f"({RESULT_SCHEMA_VERSION}); upgrade expkit")
     while version < RESULT_SCHEMA_VERSION:
+        if version not in _UPGRADES:
+            from .errors import ExpkitError
+
+            raise ExpkitError(f"{path}: schema_version {version} is not one this expkit can read "
+                              f"(it reads 1 to {RESULT_SCHEMA_VERSION})")
         data = _UPGRADES[version](data)
         version = int(data["schema_version"])
     return data
+
+
+def load_env(path: Path) -> Dict[str, Any]:
+    """``env.json`` of a run, or ``{}`` where it is missing (a report then says "not recorded")."""
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text())
+
+
+def is_run_dir(path: Path) -> bool:
+    """A folder one run wrote into: it holds ``result.json``."""
+    return (Path(path) / RESULT).is_file()

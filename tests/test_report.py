@@ -1,0 +1,127 @@
+"""The run report: golden files for stored results, and the wording rules behind them."""
+
+import copy
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from expkit import report, store
+from golden import check
+
+DATA = Path(__file__).resolve().parent / "data" / "results"
+
+
+def copy_run(src, tmp_path):
+    dst = tmp_path / src.name
+    shutil.copytree(src, dst)
+    return dst
+
+
+# (fixture run, golden file, draw the figures?): figures cost most of this module's time, so
+# only the first run draws them; the others check the report without figure links.
+GOLDEN = [
+    (DATA / "priced-gemv", "report-priced-gemv.md", True),            # supported, priced, work declared
+    (DATA / "session" / "stride-bug", "report-stride-bug.md", True),  # invalid: nothing measured, nothing drawn
+    (DATA / "session" / "asserted-not-demonstrated", "report-asserted-not-demonstrated.md", False),  # refuted
+    (DATA / "v1-honest-win", "report-v1-honest-win.md", False),       # an upgraded version-1 result
+]
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    out = {}
+    for run, golden, plots in GOLDEN:
+        dst = copy_run(run, tmp_path_factory.mktemp("run"))
+        out[golden] = (dst, report.write(dst, plots=plots).read_text())
+    return out
+
+
+@pytest.mark.parametrize("golden", [g for _, g, _ in GOLDEN])
+def test_golden_run_reports(rendered, golden):
+    run, text = rendered[golden]
+    check(golden, text)
+    for name in ("speedup.png", "timings.png"):
+        # A figure is linked exactly when it was drawn beside the report.
+        assert (f"]({name})" in text) == (run / name).is_file()
+    assert (run / "speedup.png").is_file() == (golden == "report-priced-gemv.md")
+
+
+def test_report_order_puts_the_verdict_first(rendered):
+    text = rendered["report-priced-gemv.md"][1]
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    assert lines[0] == "# priced-gemv" and lines[1].startswith("**SUPPORTED**: the claimed 1.3× speedup")
+    order = ["## Why", "## Claim against measurement", "## Evidence", "## Cost", "## Achieved fraction of peak",
+             "## Telemetry", "## Timing", "## Provenance"]
+    assert [text.index(h) for h in order] == sorted(text.index(h) for h in order)
+
+
+def _ctx(result):
+    return report.context(result, pd.DataFrame(columns=["case", "side", "seconds", "flagged"]))
+
+
+def test_no_saving_is_claimed_where_the_interval_includes_one():
+    result = store.load_result(DATA / "priced-gemv" / store.RESULT)
+    c = result["measured"]["cases"]["square-1024"]
+    c.update(speedup=1.02, ci_low=0.97, ci_high=1.08)
+    assert _ctx(result)["savings"][0]["reading"] == "no measurable saving"
+    c.update(speedup=0.8, ci_low=0.75, ci_high=0.85)
+    assert _ctx(result)["savings"][0]["reading"] == "costs more"
+
+
+def test_unpriced_and_zero_priced_savings_show_no_dollars():
+    result = store.load_result(DATA / "priced-gemv" / store.RESULT)
+    for rate in (None, 0.0):
+        r = copy.deepcopy(result)
+        r["savings"]["usd_per_hour"] = rate
+        row = _ctx(r)["savings"][0]
+        assert row["usd_per_million"] == "n/a" and "$" not in row["per_day"]
+
+
+def test_inconclusive_runs_say_what_would_settle_them():
+    result = store.load_result(DATA / "priced-gemv" / store.RESULT)
+    result["verdict"] = "inconclusive"
+    c = result["measured"]["cases"]["square-1024"]
+    c.update(speedup=1.2, ci_low=1.0, ci_high=1.4, threshold=1.1, verdict="inconclusive", timed_seconds=3.0)
+    settle = _ctx(result)["settle"]
+    assert len(settle) == 1 and "about 4.0× the samples" in settle[0] and "measure.max_seconds=12" in settle[0]
+
+
+def test_settle_hint_cases():
+    base = {"speedup": 1.2, "ci_low": 1.0, "ci_high": 1.4, "threshold": 1.1, "timed_seconds": 3.0}
+    assert report.settle_hint({**base, "threshold": 0.9}) is None          # supported already
+    assert report.settle_hint({**base, "threshold": 1.5}) is None          # refuted already
+    short = report.settle_hint({**base, "threshold": 1.3})                  # estimate below the bar
+    assert "fall short of" in short and "about 4.0×" in short
+    assert "no number of samples" in report.settle_hint({**base, "threshold": 1.2})
+    assert "too close to the bar" in report.settle_hint({**base, "threshold": 1.199})
+    assert report.settle_hint({"speedup": None}) is None
+
+
+def test_a_run_without_env_json_still_renders(tmp_path):
+    run = copy_run(DATA / "session" / "honest-win", tmp_path)
+    (run / store.ENV).unlink()
+    text = report.render(run, plots=False)
+    assert "| env.json | not recorded |" in text and "speedup.png" not in text
+
+
+@pytest.mark.parametrize("x, text", [(None, "unknown"), (0.0, "$0.00"), (0.0123, "$0.012"), (7.486, "$7.49"),
+                                     (1234.5, "$1,234"), (-2.5, "−$2.50")])
+def test_fmt_usd(x, text):
+    assert report.fmt_usd(x) == text
+
+
+@pytest.mark.parametrize("s, text", [(0.0135, "13.5 ms"), (90.0, "90 s"), (600.0, "10 min"), (13561.0, "3.77 h"),
+                                     (-0.002, "−2 ms")])
+def test_fmt_duration(s, text):
+    assert report.fmt_duration(s) == text
+
+
+def test_the_defences_block_is_shown_as_recorded():
+    result = store.load_result(DATA / "priced-gemv" / store.RESULT)
+    result["defences"] = {"enabled": True, "isolated": True, "start_method": "forkserver", "nested": {"x": 1}}
+    ctx = _ctx(result)
+    assert ctx["defences"] == "on; isolated: True; start_method: forkserver"
+    text = report.template_env().get_template("report.md.j2").render(**ctx)
+    assert "Harness defences: on; isolated: True; start_method: forkserver." in text
