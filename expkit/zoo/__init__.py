@@ -1,0 +1,1 @@
+"""Small reference models and corpora that expkit uses as model-level correctness oracles."""
