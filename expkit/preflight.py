@@ -15,6 +15,21 @@ For every case (and the awkward sizes added for the manifest's free dimensions):
 3. **Identity.** One call of each side under the profiler; the candidate's trace is
    held against the manifest's ``expect:`` (see ``expectations.py``).
 
+With the defences on (``defended``, the default; see ``defences.py``):
+
+* the trials alternate the order of the two sides: odd trials run the candidate
+  *first*, so a candidate that hands back the baseline's freshly freed result (the
+  caching allocator's gift) or finds it in memory has nothing to find;
+* outputs may share no storage with any tensor the harness holds (this trial's and
+  the previous trial's inputs, copies and expected outputs, kept alive on purpose);
+* threads and child processes still running after a candidate call, and process-wide
+  settings it changed (``defences.snapshot_state``), are failures;
+* an oracle failure made only of NaN where the baseline is finite, NaN that goes
+  away when the candidate runs again without the poison, is reported as
+  ``uninitialised``: those elements came from the NaN-filled allocations;
+* identity failures come with ``fallback`` when the candidate swallowed an exception
+  on the way (``defences.ExceptionWitness``, installed by the bench).
+
 A failure in any of these makes the run ``invalid`` and measurement is skipped.
 """
 
@@ -29,7 +44,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 
 import torch
 
-from . import oracles
+from . import defences, oracles
 from .errors import ManifestError
 from .findings import WARNING, Finding
 from .manifest import Case, LoadedManifest, Oracle
@@ -165,8 +180,12 @@ def _storages(values: Sequence[Any]) -> set:
     return out
 
 
-def output_defects(actual: Any, inputs: Sequence[Any], expected: Any) -> Optional[str]:
-    """Why the candidate's outputs cannot be trusted as its own work, or None."""
+def output_defects(actual: Any, inputs: Sequence[Any], expected: Any, *, harness: Sequence[Any] = ()) -> Optional[str]:
+    """Why the candidate's outputs cannot be trusted as its own work, or None.
+
+    ``harness``: further tensors the harness holds (copies, earlier expected outputs,
+    input sets); an output that is one of them, or a view of one, is not the
+    candidate's work whatever its values."""
     try:
         outs = oracles.flatten(actual)
     except TypeError as e:
@@ -174,10 +193,14 @@ def output_defects(actual: Any, inputs: Sequence[Any], expected: Any) -> Optiona
     for i, o in enumerate(outs):
         if type(o) is not torch.Tensor:
             return f"output {i} is a {type(o).__name__}, not a plain torch.Tensor (subclasses can compute lazily)"
-    if _storages(outs) & _storages(inputs):
+    mine = _storages(outs)
+    if mine & _storages(inputs):
         return "an output shares storage with an input"
-    if _storages(outs) & _storages(oracles.flatten(expected)):
+    if mine & _storages(oracles.flatten(expected)):
         return "an output shares storage with the baseline's output"
+    if mine & _storages([t for t in harness if isinstance(t, torch.Tensor)]):
+        return ("an output shares storage with a tensor the harness holds (an input set, a pristine copy or an "
+                "earlier expected output): it is not the candidate's own work")
     return None
 
 
@@ -205,13 +228,21 @@ def run_preflight(
     device: str,
     custom_oracles: Mapping[int, Fn] | None = None,
     identity: Optional[Callable[[CaseRun, Sequence[Any]], Tuple[Sequence[Finding], Optional[IdentitySummary]]]] = None,
+    defended: bool = True,
 ) -> PreflightResult:
-    """Run every correctness and identity check; see the module docstring."""
+    """Run every correctness and identity check; see the module docstring.
+
+    ``defended=False`` leaves out the defences this module added for
+    ``defences.enabled=false`` (the undefended harness, for measuring their cost)."""
     m = lm.manifest
     findings: List[Finding] = []
     identities: List[IdentitySummary] = []
     runs = expand_cases(m.cases, m.inputs.free, settings.edge_cases)
     per_call = [(i, o) for i, o in enumerate(m.oracles) if o.kind in ("allclose", "relative_error", "exact", "custom")]
+    # The previous trial's tensors stay alive on purpose: a candidate that hands one
+    # back is caught by the storage check, and its memory cannot be recycled into
+    # an honest candidate's output (which would make the check a false alarm).
+    held: Tuple[Any, ...] = ()
     for run in runs:
         trials = settings.trials if run.declared else 1
         case_failed = False
@@ -219,13 +250,18 @@ def run_preflight(
             seed = derive_seed(run_seed, run.name, trial)
             inputs = build_inputs(factory, run.params, seed, device, lm)
             pristine = clone_inputs(inputs)
-            try:
-                expected = _call(baseline, clone_inputs(inputs))
-            except Exception as e:
-                findings.append(Finding("baseline", False, f"baseline raised {_short_error(e)}", run.name))
-                case_failed = True
-                break
+            candidate_first = defended and trial % 2 == 1
+            order = ", candidate ran first" if candidate_first else ""
+            expected: Any = None
+            if not candidate_first:
+                expected, err = _baseline(baseline, pristine)
+                if err:
+                    findings.append(Finding("baseline", False, f"baseline raised {err}", run.name))
+                    case_failed = True
+                    break
             digest_before = tensor_digest(inputs)
+            state_before = defences.snapshot_state() if defended else None
+            active_before = defences.activity() if defended else None
             try:
                 with poisoned_allocations():
                     actual = _call(candidate, inputs)
@@ -234,29 +270,57 @@ def run_preflight(
                                         f"on params {dict(run.params)}", run.name))
                 case_failed = True
                 break
+            if defended:
+                grown = defences.new_activity(active_before, defences.activity())
+                if grown:
+                    findings.append(Finding(defences.THREADS, False, grown, run.name))
+                    case_failed = True
+                changed = defences.state_changes(state_before, defences.snapshot_state())
+                if changed:
+                    findings.append(Finding(defences.GLOBAL_STATE, False, "the candidate changed settings that "
+                                            "change numerics or speed: " + "; ".join(changed[:6]), run.name))
+                    case_failed = True
+            if candidate_first:
+                expected, err = _baseline(baseline, pristine)
+                if err:
+                    findings.append(Finding("baseline", False, f"baseline raised {err}", run.name))
+                    case_failed = True
+                    break
             if tensor_digest(inputs) != digest_before:
                 findings.append(Finding("inputs", False, "candidate modified its inputs in place", run.name))
                 case_failed = True
-            defect = output_defects(actual, inputs, expected)
+            defect = output_defects(actual, inputs, expected, harness=held + pristine)
             if defect:
                 findings.append(Finding("output", False, defect, run.name))
                 case_failed = True
                 break
             for idx, spec in per_call:
+                custom = (custom_oracles or {}).get(idx)
                 f = oracles.check_outputs(
                     spec, expected, actual, case=run.name, inputs=pristine,
                     reference64=lambda: baseline(*_upcast(pristine)),
-                    custom=(custom_oracles or {}).get(idx),
+                    custom=custom,
                 )
                 if not f.ok:
-                    f = Finding(f.check, False, f"{f.message} (trial {trial}, params {dict(run.params)})",
-                                run.name, figure=f.figure, threshold=f.threshold)
+                    where = f"(trial {trial}{order}, params {dict(run.params)})"
+                    if defended and _poison_only(spec, expected, actual, pristine, custom) and \
+                            _memory_dependent(candidate, actual, expected, pristine):
+                        f = Finding(defences.UNINITIALISED, False,
+                                    "NaN where the baseline is finite, within the oracle everywhere else, and "
+                                    "not NaN when run again without poison: new allocations are NaN-filled while "
+                                    "the candidate runs, so these elements were never written or were computed "
+                                    f"from uninitialised memory {where}; {f.message}", run.name, figure=f.figure,
+                                    threshold=f.threshold)
+                    else:
+                        f = Finding(f.check, False, f"{f.message} {where}", run.name, figure=f.figure,
+                                    threshold=f.threshold)
                     findings.append(f)
                     case_failed = True
                 elif trial == 0 and run.declared:
                     findings.append(f)
                 if trial == 0 and run.declared and settings.calibrate and f.ok:
                     findings.extend(_calibrate(spec, expected, pristine, run.name, lm, custom_oracles, idx))
+            held = tuple(t for t in inputs if isinstance(t, torch.Tensor)) + pristine + tuple(oracles.flatten(expected))
             if case_failed:
                 break
         if identity is not None and not case_failed:
@@ -266,6 +330,69 @@ def run_preflight(
             if summary is not None:
                 identities.append(summary)
     return PreflightResult(tuple(findings), tuple(r.name for r in runs), tuple(identities))
+
+
+def _baseline(baseline: Fn, pristine: Sequence[Any]) -> Tuple[Any, Optional[str]]:
+    """The baseline's output on a copy of the pristine inputs, or the error it raised."""
+    try:
+        return _call(baseline, clone_inputs(pristine)), None
+    except Exception as e:
+        return None, _short_error(e)
+
+
+def _memory_dependent(candidate: Fn, actual: Any, expected: Any, pristine: Sequence[Any]) -> bool:
+    """Whether NaN the candidate returned under poisoned allocations goes away without it.
+
+    The candidate runs again on the same inputs with new memory *not* poisoned, after
+    the allocator has been handed back zero-filled blocks of the sizes in play (so that
+    the poison left in freed memory is less likely to be what it reads). If some of
+    the elements that were NaN are finite now, they came from memory nobody wrote: a
+    NaN the candidate computes is NaN both times. A reader of uninitialised memory that
+    happens to get poison-filled blocks back again is not recognised (its failure
+    stays an oracle failure, which is still invalid)."""
+    sizes = {(tuple(t.shape), t.dtype, t.device) for t in list(oracles.flatten(expected))
+             + [v for v in pristine if isinstance(v, torch.Tensor)]}
+    scrub = [torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in sizes for _ in range(8)]
+    del scrub
+    try:
+        again = oracles.flatten(_call(candidate, clone_inputs(pristine)))
+        before, exp = oracles.flatten(actual), oracles.flatten(expected)
+    except Exception:
+        return False
+    for a, b, e in zip(before, again, exp):
+        if a.shape != b.shape or not (a.is_floating_point() or a.is_complex()):
+            continue
+        poisoned = torch.isnan(a) & ~torch.isnan(e)
+        if bool((poisoned & ~torch.isnan(b)).any()):
+            return True
+    return False
+
+
+def _poison_only(spec: Oracle, expected: Any, actual: Any, inputs: Sequence[Any], custom: Optional[Fn]) -> bool:
+    """True if the outputs fail only by NaN where the baseline is finite.
+
+    Those elements are put back to the baseline's values and the oracle asked again:
+    if it passes, the NaN (the poison of fresh allocations) was the whole failure."""
+    try:
+        exp, act = oracles.flatten(expected), oracles.flatten(actual)
+    except TypeError:
+        return False
+    if len(exp) != len(act):
+        return False
+    patched, poisoned = [], False
+    for e, a in zip(exp, act):
+        if e.shape == a.shape and e.dtype == a.dtype and (a.is_floating_point() or a.is_complex()):
+            mask = torch.isnan(a) & ~torch.isnan(e)
+            if bool(mask.any()):
+                poisoned = True
+                a = torch.where(mask, e, a)
+        patched.append(a)
+    if not poisoned:
+        return False
+    try:
+        return oracles.check_outputs(spec, expected, tuple(patched), case="", inputs=inputs, custom=custom).ok
+    except Exception:
+        return False
 
 
 def _upcast(values: Sequence[Any]) -> Tuple[Any, ...]:

@@ -70,3 +70,39 @@ def test_perf_counter_timer_divides_by_number():
     t = PerfCounterTimer(clock=lambda: next(ticks))
     calls = []
     assert t.sample(lambda: calls.append(1), 4) == 0.25 and len(calls) == 4
+
+
+class BatchTimer(FakeTimer):
+    """A FakeTimer that also takes whole batches (like defences.SessionTimer)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.batches: list = []
+
+    def sample_batch(self, plan):
+        self.batches.append(len(plan))
+        return [self.sample(fn, n) for fn, n in plan]
+
+
+def test_a_batching_timer_gets_the_rounds_between_checks_in_one_request():
+    clock = FakeClock()
+    timer = BatchTimer(clock, seed=6, sigma=0.01)
+    cs = run(timer, clock, 2e-5, 1e-5)
+    rounds = max(s.round for s in cs.samples) + 1
+    assert len(cs.samples) == 2 * rounds and sum(timer.batches) == 2 * rounds
+    assert timer.batches[:2] == [2, 2 * (FAST.min_rounds - 1)]  # one round to size them, then up to the check
+    assert len(timer.batches) < rounds / 2                   # far fewer requests than blocks
+    est = stats.estimate(cs.times("baseline"), cs.times("candidate"))
+    assert est.ci_low <= 2.0 <= est.ci_high
+    spans = [(s.t_start, s.t_end) for s in cs.samples]
+    assert all(a <= b for a, b in spans) and all(b1 <= a2 + 1e-12 for (_, b1), (a2, _) in zip(spans, spans[1:]))
+
+
+def test_batches_do_not_overshoot_the_budget_by_more_than_a_round():
+    clock = FakeClock()
+    s = MeasureSettings(warmup_seconds=0.01, min_rounds=50, min_seconds=0.01, max_seconds=0.2, target_ci=0.0001,
+                        min_block_seconds=0.001, bootstrap=200)
+    cs = run(BatchTimer(clock, seed=7, sigma=0.3), clock, 2e-5, 1e-5, s)
+    assert cs.stopped == measure.STOP_BUDGET
+    per_round = cs.timed_seconds / (max(x.round for x in cs.samples) + 1)
+    assert cs.timed_seconds <= s.max_seconds + 2 * per_round

@@ -1,0 +1,402 @@
+"""Unit tests of the defences (expkit/defences.py, expkit/channel.py, the preflight's
+additions). The end-to-end suite of bad and honest candidates is tests/adversarial/."""
+
+from __future__ import annotations
+
+import os
+import random
+import textwrap
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from expkit import channel, defences, preflight
+from expkit.findings import Finding
+from expkit.manifest import load
+from expkit.settings import DefenceSettings, OracleSettings
+from expkit.verdict import INCONCLUSIVE, REFUTED, SUPPORTED, Verdict
+
+D = DefenceSettings()
+
+
+# --- global state and function identity ---------------------------------------------------
+
+def test_state_snapshot_sees_a_changed_matmul_precision():
+    before = defences.snapshot_state()
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium" if old != "medium" else "highest")
+    try:
+        changes = defences.state_changes(before, defences.snapshot_state())
+    finally:
+        torch.set_float32_matmul_precision(old)
+    assert any(c.startswith("torch.get_float32_matmul_precision()") for c in changes)
+    assert defences.state_changes(before, defences.snapshot_state()) == []
+
+
+def test_function_snapshot_sees_a_replaced_clock_and_a_swapped_code(monkeypatch):
+    snap = defences.FunctionSnapshot.take()
+    assert snap.changed() == []
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+    assert "time.perf_counter (replaced)" in snap.changed(hot_only=True)
+    monkeypatch.undo()
+    fn = defences.state_changes
+    code = fn.__code__
+    fn.__code__ = (lambda before, after: []).__code__
+    try:
+        assert "expkit.defences.state_changes (code swapped)" in snap.changed()
+    finally:
+        fn.__code__ = code
+    assert snap.changed() == []
+
+
+# --- threads -------------------------------------------------------------------------------
+
+def test_a_thread_still_working_after_the_call_is_seen_and_a_parked_pool_is_not():
+    before = defences.activity()
+    done = threading.Event()
+    t = threading.Thread(target=lambda: done.wait(0.5) or time.sleep(0.0), name="still-working")
+    # A thread waiting inside the *caller's* code is working: its innermost frame is not the stdlib's.
+    t2 = threading.Thread(target=_busy_wait, args=(done,), name="busy")
+    t2.start()
+    msg = defences.new_activity(before, defences.activity(), grace_s=0.0)
+    done.set()
+    t2.join()
+    assert msg is not None and "busy" in msg
+
+    pool = ThreadPoolExecutor(max_workers=2)
+    before = defences.activity()
+    pool.submit(sum, [1, 2]).result()
+    assert defences.new_activity(before, defences.activity()) is None
+    pool.shutdown()
+    del t
+
+
+def _busy_wait(done: threading.Event) -> None:
+    while not done.is_set():
+        time.sleep(0.001)
+
+
+# --- silent fallbacks ----------------------------------------------------------------------
+
+def test_exception_witness_sees_only_swallowed_exceptions_of_the_given_files(tmp_path):
+    src = tmp_path / "cand.py"
+    src.write_text(textwrap.dedent('''
+        def inner(x):
+            raise ValueError("odd shape")
+        def fallback(x):
+            try:
+                return inner(x)
+            except ValueError:
+                return -x
+        def clean(x):
+            return x + 1
+    '''))
+    ns: dict = {}
+    exec(compile(src.read_text(), str(src), "exec"), ns)
+    w = defences.ExceptionWitness(ns["fallback"], [str(src)])
+    assert w(3) == -3
+    assert w.swallowed and w.swallowed[0][0] == "ValueError" and w.swallowed[0][2] == "cand.py"
+    w2 = defences.ExceptionWitness(ns["clean"], [str(src)])
+    assert w2(3) == 4 and w2.swallowed == ()
+    w3 = defences.ExceptionWitness(ns["fallback"], [str(tmp_path / "other.py")])
+    w3(3)
+    assert w3.swallowed == ()
+
+
+# --- fresh inputs --------------------------------------------------------------------------
+
+def test_salt_changes_content_and_version_of_floating_inputs_only():
+    g = torch.Generator().manual_seed(0)
+    sets = [(torch.randn(64, generator=g), torch.arange(10), 3.0), (torch.randn(64, generator=g), torch.arange(10), 3.0)]
+    fresh = defences.FreshInputs(sets, "salt", random.Random(1))
+    seen = []
+    for _ in range(8):
+        args, pristine = fresh.take(keep=True)
+        assert pristine is not None and torch.equal(pristine[0], args[0]) and pristine[0] is not args[0]
+        seen.append((fresh.index, args[0].clone(), args[0]._version))
+        assert torch.equal(args[1], torch.arange(10)) and args[2] == 3.0
+    # Every reuse of a set sees new content and a new version.
+    for j in (0, 1):
+        mine = [(c, v) for i, c, v in seen if i == j]
+        for (a, va), (b, vb) in zip(mine, mine[1:]):
+            assert not torch.equal(a, b) and vb > va
+    assert fresh.salted
+
+
+def test_regenerate_rebuilds_and_a_set_without_floats_cannot_be_salted():
+    calls = []
+    rebuild = lambda seed: (calls.append(seed) or torch.full((4,), float(len(calls))),)  # noqa: E731
+    fresh = defences.FreshInputs([(torch.zeros(4),)], "regenerate", random.Random(0), rebuild)
+    a, _ = fresh.take()
+    b, _ = fresh.take()
+    assert len(calls) == 2 and not torch.equal(a[0], b[0])
+    assert not defences.FreshInputs([(torch.arange(4),)], "salt", random.Random(0)).salted
+    with pytest.raises(ValueError):
+        defences.FreshInputs([(torch.zeros(2),)], "sometimes", random.Random(0))
+
+
+# --- the per-call timer and the parent's envelope -------------------------------------------
+
+class Tick:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_per_call_timer_keeps_the_harness_work_out_of_the_timed_spans():
+    clock = Tick()
+
+    def before():
+        clock.now += 0.5
+
+    def after():
+        clock.now += 0.25
+
+    def fn():
+        clock.now += 1.0
+
+    t = defences.PerCallTimer(before, after, clock)
+    assert t.sample(fn, 4) == pytest.approx(1.0)
+    assert t.last_untimed == pytest.approx(3.0)
+
+
+def acc(envelope, wall, timed, untimed=0.0, recheck=0.0, checks=0.0):
+    return defences.BlockAccount("batch", 10, envelope, wall, timed, untimed, recheck, checks)
+
+
+def test_envelope_flags_a_worker_that_loses_time_and_tolerates_wake_up_lag():
+    assert not defences.flagged(acc(0.100, 0.099, 0.090, 0.009), D)  # honest
+    assert not defences.flagged(acc(0.100, 0.090, 0.080, 0.010), D)  # 10 ms of lag on 100 ms: within 25%
+    assert defences.flagged(acc(0.100, 0.010, 0.009, 0.001), D)      # the worker's clock runs at a tenth
+    assert defences.flagged(acc(0.100, 0.099, 0.009, 0.001), D)      # its timed spans lost 90%
+    honest = [acc(0.1, 0.099, 0.09, 0.009)] * 3 + [acc(0.1, 0.05, 0.045, 0.005)]
+    assert defences.envelope_findings("c", honest, D) == []
+    bad = [acc(0.1, 0.099, 0.009, 0.001)] * 3 + [acc(0.1, 0.099, 0.09, 0.009)]
+    (f,) = defences.envelope_findings("c", bad, D)
+    assert f.check == "timer" and f.invalidates and "3 of 4" in f.message
+    assert defences.envelope_counts(bad, D)["flagged"] == 3
+
+
+def test_recheck_policy_checks_the_first_blocks_then_keeps_to_its_budget():
+    pol = defences.RecheckPolicy(DefenceSettings(min_rechecks=2, recheck_budget=0.1), random.Random(0))
+    assert pol.pick("baseline", 8) is None
+    picks = [pol.pick("candidate", 8) for _ in range(2)]
+    assert all(p is not None and 0 <= p < 8 for p in picks)
+    pol.spent(1.0, 0.5, True)
+    pol.spent(1.0, 0.5, True)
+    assert pol.pick("candidate", 8) is None          # 1 s of rechecks against 2 s timed: over 10%
+    pol.spent(20.0, 0.0, False)
+    assert pol.pick("candidate", 8) is not None       # 1 s against 22 s: under
+
+
+def test_session_timer_batches_blocks_and_passes_their_findings_on():
+    seen = []
+
+    def run_blocks(reqs):
+        seen.append(reqs)
+        blocks = [{"seconds": 0.001 * (1 + (s == "baseline")), "timed": 0.001 * n, "untimed": 0.0, "recheck": 0.0,
+                   "checks": 0.0, "wall": 0.001 * n, "method": "m",
+                   "findings": [{"check": "recheck", "ok": False, "message": "x", "case": "c"}] if k is not None
+                   else []} for s, n, k in reqs]
+        return {"blocks": blocks, "wall": sum(b["wall"] for b in blocks)}
+
+    t = defences.SessionTimer(run_blocks, DefenceSettings(min_rechecks=1), envelope=True)
+    fns = [SimpleNamespace(side="baseline"), SimpleNamespace(side="candidate")]
+    got = t.sample_batch([(fns[0], 4), (fns[1], 4)])
+    assert got == [0.002, 0.001] and len(seen) == 1 and seen[0][0][2] is None and seen[0][1][2] is not None
+    assert [f.check for f in t.findings] == ["recheck"] and t.method == "m"
+    assert len(t.accounts) == 1
+    t.sample(fns[1], 2)
+    assert len(t.accounts) == 1  # single blocks (calibration) are not judged
+
+
+# --- plausibility ---------------------------------------------------------------------------
+
+def _est(speedup, cand_median=1e-3):
+    return SimpleNamespace(speedup=speedup, candidate=SimpleNamespace(median=cand_median))
+
+
+def _manifest(limit=None, **case):
+    return SimpleNamespace(expect=SimpleNamespace(max_plausible_speedup=limit),
+                           cases=[SimpleNamespace(name="c", **case)])
+
+
+def test_plausibility_factor_rule_and_its_acknowledgement():
+    (f,) = defences.plausibility(_manifest(), {"c": _est(12.0)}, None, D)
+    assert f.check == "plausibility" and not f.ok and not f.invalidates and "defences.max_plausible_speedup" in f.message
+    assert defences.plausibility(_manifest(), {"c": _est(9.0)}, None, D) == []
+    assert defences.plausibility(_manifest(limit=50.0), {"c": _est(12.0)}, None, D) == []
+
+
+def test_plausibility_roofline_rule_needs_declared_work_and_a_known_gpu():
+    # 1 GB in 1 ms is 1 TB/s: above a T4's 320 GB/s.
+    m = _manifest(flops=None, bytes=1e9, precision=None)
+    (f,) = defences.plausibility(m, {"c": _est(2.0, 1e-3)}, "NVIDIA T4", D)
+    assert "peak" in f.message
+    assert defences.plausibility(m, {"c": _est(2.0, 1e-3)}, None, D) == []      # CPU: no peak to compare
+    assert defences.plausibility(m, {"c": _est(2.0, 1.0)}, "NVIDIA T4", D) == []  # 1 GB/s: fine
+
+
+def test_only_a_supported_verdict_becomes_inconclusive():
+    f = Finding("plausibility", False, "too fast", "c", severity="warning")
+    v = defences.apply_plausibility(Verdict(SUPPORTED, ("speedup: ok",)), [f])
+    assert v.verdict == INCONCLUSIVE and v.reasons[0].startswith("plausibility [case c]")
+    assert defences.apply_plausibility(Verdict(REFUTED, ("r",)), [f]).verdict == REFUTED
+    assert defences.apply_plausibility(Verdict(SUPPORTED, ("r",)), []).verdict == SUPPORTED
+
+
+# --- the channel ----------------------------------------------------------------------------
+
+def _pair():
+    r1, w1 = os.pipe()
+    key = os.urandom(32)
+    return channel.Channel(r1, w1, key), r1, w1, key
+
+
+def test_channel_round_trip_and_every_kind_of_forgery():
+    ch, r, w, key = _pair()
+    ch.send({"a": [1, 2.5, float("inf")], "b": "x"})
+    got = ch.recv(1.0)
+    assert got["a"][:2] == [1, 2.5] and got["a"][2] == float("inf") and got["b"] == "x"
+
+    os.write(w, b"check: pass\nspeedup: 12.0\n")
+    with pytest.raises(channel.ChannelError) as e:
+        ch.recv(1.0)
+    assert e.value.check == "channel" and "did not write" in e.value.message
+
+    ch2, r2, w2, _ = _pair()
+    other = channel.Channel(r2, w2, os.urandom(32))
+    other.send({"forged": True})
+    with pytest.raises(channel.ChannelError, match="authentication"):
+        ch2.recv(1.0)
+
+    ch3, r3, w3, key3 = _pair()
+    ch3.send({"n": 0})
+    replay = channel.Channel(r3, w3, key3)  # a sender whose counter starts again at 0
+    assert ch3.recv(1.0) == {"n": 0}
+    replay.send({"n": "again"})
+    with pytest.raises(channel.ChannelError, match="replayed"):
+        ch3.recv(1.0)
+    for fd in (r, w, r2, w2, r3, w3):
+        os.close(fd)
+
+
+def test_channel_reports_silence_and_a_closed_pipe_as_the_worker():
+    r, w = os.pipe()
+    ch = channel.Channel(r, w, os.urandom(32))
+    with pytest.raises(channel.ChannelError) as e:
+        ch.recv(0.05)
+    assert e.value.check == "worker" and "in time" in e.value.message
+    os.close(w)
+    with pytest.raises(channel.ChannelError, match="closed"):
+        ch.recv(1.0)
+    os.close(r)
+
+
+# --- the preflight's additions --------------------------------------------------------------
+
+KERNELS = textwrap.dedent('''
+    import threading, time
+    import torch
+    ORDER = []
+    def inputs(params, gen, device):
+        return (torch.randn(params["n"], generator=gen, device=device),)
+    def base(x):
+        ORDER.append("b")
+        return x * 2
+    def good(x):
+        ORDER.append("c")
+        return x + x
+    def lucky(x):
+        return x * 2 + torch.empty_like(x) * 0.0
+    def nan_bug(x):
+        y = x * 2
+        y[0] = float("nan")
+        return y
+    def defer(x):
+        out = torch.empty_like(x)
+        threading.Thread(target=lambda: (time.sleep(0.05), out.copy_(x * 2)), name="late").start()
+        return out
+    def flips(x):
+        torch.set_float32_matmul_precision("medium")
+        return x * 2
+''')
+
+
+def _preflight(tmp_path, candidate, defended=True):
+    import importlib
+    import sys
+
+    (tmp_path / "kp.py").write_text(KERNELS)
+    (tmp_path / "m.yaml").write_text(textwrap.dedent(f'''
+        name: t
+        claim: {{speedup: 1.5}}
+        baseline: kp:base
+        candidate: kp:{candidate}
+        inputs: {{factory: "kp:inputs"}}
+        cases: [{{name: c, params: {{n: 64}}}}]
+    '''))
+    lm = load(tmp_path / "m.yaml")
+    sys.path.insert(0, str(tmp_path))
+    sys.modules.pop("kp", None)
+    k = importlib.import_module("kp")
+    sys.path.remove(str(tmp_path))
+    res = preflight.run_preflight(lm, k.base, getattr(k, candidate), k.inputs, run_seed=1,
+                                  settings=OracleSettings(trials=2), device="cpu", defended=defended)
+    return res, k
+
+
+def test_trials_alternate_which_side_runs_first(tmp_path):
+    res, k = _preflight(tmp_path, "good")
+    assert not res.invalid
+    assert k.ORDER[:4] == ["b", "c", "c", "b"]
+    res, k = _preflight(tmp_path, "good", defended=False)
+    assert k.ORDER[:4] == ["b", "c", "b", "c"]
+
+
+def test_nan_from_fresh_memory_is_uninitialised_and_a_nan_bug_is_not(tmp_path):
+    res, _ = _preflight(tmp_path, "lucky")
+    assert [f.check for f in res.findings if not f.ok] == ["uninitialised"]
+    res, _ = _preflight(tmp_path, "nan_bug")
+    checks = [f.check for f in res.findings if not f.ok]
+    assert checks and "uninitialised" not in checks
+
+
+def test_preflight_catches_deferred_threads_and_changed_settings(tmp_path):
+    res, _ = _preflight(tmp_path, "defer")
+    assert "threads" in [f.check for f in res.findings if not f.ok]
+    old = torch.get_float32_matmul_precision()
+    try:
+        res, _ = _preflight(tmp_path, "flips")
+    finally:
+        torch.set_float32_matmul_precision(old)
+    assert "global-state" in [f.check for f in res.findings if not f.ok]
+
+
+def test_output_holding_a_harness_tensor_is_not_the_candidates_work():
+    held = torch.randn(8)
+    assert "harness holds" in preflight.output_defects(held[2:], (torch.randn(8),), torch.randn(8), harness=[held])
+    assert preflight.output_defects(torch.randn(8), (torch.randn(8),), torch.randn(8), harness=[held]) is None
+
+
+def test_hooked_device_runs_the_per_call_hook_outside_the_cuda_events():
+    from expkit.cuda_timer import CudaTimer
+    from test_cuda_timer import US, FakeGpu
+
+    gpu = FakeGpu()
+    hooks = []
+
+    def hook():  # the salt and the recheck's copy: GPU work queued before the flush
+        hooks.append(gpu.host)
+        gpu.enqueue("main", 40 * US, gpu.launch_s)
+
+    timer = CudaTimer(device=defences.HookedDevice(gpu, hook), clock=gpu.clock, cold=True)
+    per_call = timer.sample(gpu.op(10 * US), 8)
+    assert len(hooks) == gpu.flushes >= 8  # once before every call, retried holds included
+    assert per_call == pytest.approx(10 * US, rel=0.3)  # the hook's 40 us are not in it
