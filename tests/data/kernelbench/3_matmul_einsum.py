@@ -1,0 +1,11 @@
+"""The same product written as an einsum."""
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("ik,kj->ij", a, b)
