@@ -22,17 +22,50 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a manifest: preflight, measure, verdict, report")
-    run.add_argument("path", help="a manifest file")
-    run.add_argument("overrides", nargs="*", help="runner settings as key=value (e.g. measure=quick)")
-    run.add_argument("--out", type=Path, default=None, help="output folder (default: a new folder under reports/)")
-    run.add_argument("--json", action="store_true", help="print result.json to stdout")
+    run.add_argument("path", nargs="?", help="a manifest file; or a folder, a quoted glob, or several paths: a suite")
+    run.add_argument("overrides", nargs="*", help="runner settings as key=value (e.g. measure=quick); "
+                     "further manifest paths (no `=`) join the suite")
+    run.add_argument("--resume", type=Path, default=None, metavar="SESSION_DIR",
+                     help="finish a suite: run only the runs of SESSION_DIR that have no result.json")
+    run.add_argument("--out", type=Path, default=None,
+                     help="output folder, for a suite its session folder (default: a new folder under reports/)")
+    run.add_argument("--json", action="store_true", help="print result.json (a suite: its summary) to stdout")
     run.add_argument("--quiet", action="store_true", help="no progress display")
+    run.add_argument("--session", type=Path, default=None,
+                     help="add this run to a session folder (created if missing) and re-render its session.md")
 
     val = sub.add_parser("validate", help="check manifests without running anything")
     val.add_argument("paths", nargs="+")
 
     rep = sub.add_parser("report", help="re-render report.md of a run folder from its stored files")
     rep.add_argument("run_dir", type=Path)
+
+    ses = sub.add_parser("session", help="render session.md of a session (or run) folder from its stored results")
+    ses.add_argument("dir", type=Path)
+    ses.add_argument("--json", action="store_true", help="print the session's totals to stdout")
+
+    cmp_ = sub.add_parser("compare", help="compare two runs or sessions case by case; exit 1 on a regression")
+    cmp_.add_argument("a", type=Path, help="run or session folder: before")
+    cmp_.add_argument("b", type=Path, help="run or session folder: after")
+    cmp_.add_argument("--confidence", type=float, default=0.99, help="bootstrap interval level (default 0.99)")
+    cmp_.add_argument("--min-effect", type=float, default=0.05,
+                      help="smallest relative change marked as one (default 0.05)")
+    cmp_.add_argument("--gate", choices=("time", "speedup", "either"), default="time",
+                      help="which change fails the comparison (default: candidate time)")
+    cmp_.add_argument("--out", type=Path, default=None, help="also write the markdown table to this file")
+    cmp_.add_argument("--json", action="store_true", help="print the comparison as JSON")
+
+    imp = sub.add_parser("import", help="write manifests for problems in another format (kernelbench)")
+    imp.add_argument("format", choices=("kernelbench",))
+    imp.add_argument("dir", type=Path, help="folder of KernelBench-style problem and solution files")
+    imp.add_argument("--out", type=Path, default=None, help="where to write the manifests (default: DIR)")
+    imp.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    imp.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
+    imp.add_argument("--speedup", type=float, default=1.0, help="the claim written into each manifest (default 1.0)")
+    imp.add_argument("--tolerance", type=float, default=0.05)
+    imp.add_argument("--free", action="append", default=[], metavar="GLOBAL",
+                     help="an integer global of the problems (e.g. batch_size) to vary in the preflight")
+    imp.add_argument("--overwrite", action="store_true", help="replace manifests that already exist")
 
     bis = sub.add_parser("bisect", help="git bisect with the manifest's verdict as the oracle")
     bis.add_argument("good", help="a commit where the claim holds")
@@ -46,8 +79,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .progress import Progress
     from .runner import run_manifest
 
+    if args.session is not None and args.out is not None:
+        raise ExpkitError("run: give --out or --session, not both (a session names its run folders)")
+    from .suite import is_suite
+
+    words = ([args.path] if args.path else []) + list(args.overrides)
+    paths, overrides = [w for w in words if "=" not in w], [w for w in words if "=" in w]
+    if args.resume is not None or is_suite(paths):
+        return cmd_suite(args, paths, overrides)
     with Progress(enabled=not args.quiet and not args.json) as prog:
-        outcome = run_manifest(args.path, args.overrides, args.out, progress=prog.update)
+        _plan_progress(prog, args.path)
+        if args.session is not None:
+            from .session import record_run
+
+            outcome = record_run(args.session, Path(args.path),
+                                 lambda out: run_manifest(args.path, args.overrides, out, progress=prog.update))
+        else:
+            outcome = run_manifest(args.path, args.overrides, args.out, progress=prog.update)
+    from .ci_summary import publish
+
+    publish([outcome.result], [str(outcome.out_dir / "report.md")])
     if args.json:
         print(json.dumps(outcome.result, indent=2, default=str))
     else:
@@ -59,6 +110,85 @@ def cmd_run(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
+def cmd_suite(args: argparse.Namespace, paths: List[str], overrides: List[str]) -> int:
+    """Several manifests (a folder, a glob, a list) or ``--resume``: see ``suite.py``."""
+    from .suite import format_summary, run_suite, stderr_log
+
+    if args.resume is not None and paths:
+        raise ExpkitError("run: give manifests or --resume SESSION_DIR, not both")
+    out = args.session if args.session is not None else args.out
+    outcome = run_suite(paths, overrides, out=out, append=args.session is not None, resume=args.resume,
+                        log=None if args.quiet or args.json else stderr_log)
+    from .ci_summary import publish_session
+
+    publish_session(outcome.session_dir)
+    if args.json:
+        print(json.dumps({"session": str(outcome.session_dir), "exit_code": outcome.exit_code,
+                          "interrupted": outcome.interrupted,
+                          "runs": [{"run": r.run, "manifest": r.manifest, "status": r.status, "verdict": r.verdict,
+                                    "note": r.note} for r in outcome.rows]}, indent=2))
+    else:
+        print(format_summary(outcome))
+    return outcome.exit_code
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from .kernelbench import write_manifests
+
+    written, orphans = write_manifests(args.dir, args.out, device=args.device, precision=args.precision,
+                                       speedup=args.speedup, tolerance=args.tolerance, free=args.free,
+                                       overwrite=args.overwrite)
+    for path in written:
+        print(f"wrote {path}")
+    for sol in orphans:
+        print(f"warning: {sol}: a solution (defines ModelNew) with no problem to pair with", file=sys.stderr)
+    if not written:
+        print(f"error: {args.dir}: no problem/solution pair found", file=sys.stderr)
+        return USAGE_ERROR
+    return 0
+
+
+def _plan_progress(prog: object, path: str) -> None:
+    """Tell the progress line the run's name and cases (a bad manifest fails later, properly)."""
+    from .manifest import load
+
+    if not getattr(prog, "enabled", False) or not Path(path).is_file():
+        return
+    try:
+        m = load(path).manifest
+    except ExpkitError:
+        return
+    prog.plan(m.name, [c.name for c in m.cases])  # type: ignore[attr-defined]
+
+
+def cmd_session(args: argparse.Namespace) -> int:
+    from .ci_summary import publish_session
+    from .session import load_session, render_session, summary
+
+    out = render_session(args.dir)
+    if args.json:
+        print(json.dumps(summary(load_session(args.dir)), indent=2, default=str))
+    else:
+        print(out)
+    publish_session(args.dir)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .ci_summary import append
+    from .compare import compare, render
+
+    c = compare(args.a, args.b, confidence=args.confidence, min_effect=args.min_effect, gate=args.gate)
+    text = render(c)
+    if args.out is not None:
+        from .store import atomic_write
+
+        atomic_write(args.out, text)
+    print(json.dumps(c.to_dict(), indent=2, default=str) if args.json else text.rstrip("\n"))
+    append(text)
+    return c.exit_code
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from .manifest import load
     from .refs import resolve
@@ -68,8 +198,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
         try:
             lm = load(path)
             m = lm.manifest
-            for key, ref in (("baseline", m.baseline), ("candidate", m.candidate), ("inputs.factory", m.inputs.factory)):
-                resolve(ref, lm.folder, manifest_path=lm.path, key=key)
+            if m.kernelbench is not None:
+                from .kernelbench import sides
+
+                candidate = sides(lm)[1]
+                if candidate.error:  # a solution that does not import fails as a candidate, at run time
+                    print(f"warning: {path}: {candidate.error}", file=sys.stderr)
+            else:
+                for key, ref in (("baseline", m.baseline), ("candidate", m.candidate),
+                                 ("inputs.factory", m.inputs.factory)):
+                    resolve(ref, lm.folder, manifest_path=lm.path, key=key)
             print(f"ok: {path} ({m.name}, {len(m.cases)} case(s))")
         except ExpkitError as e:
             print(f"error: {e}", file=sys.stderr)
@@ -99,7 +237,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "validate": cmd_validate, "report": cmd_report, "bisect": cmd_bisect}
+COMMANDS = {"run": cmd_run, "validate": cmd_validate, "report": cmd_report, "session": cmd_session,
+            "compare": cmd_compare, "bisect": cmd_bisect, "import": cmd_import}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import __version__, environment, measure, preflight, report, stats, store
+from . import __version__, defences, environment, measure, preflight, report, stats, store
 from .errors import ExpkitError
 from .findings import WARNING, Finding
 from .manifest import LoadedManifest, load as load_manifest
@@ -149,11 +149,6 @@ def run_manifest(
     lm = load_manifest(path)
     m = lm.manifest
     settings = settings or load_settings(overrides, m.measure)
-    baseline = resolve(m.baseline, lm.folder, manifest_path=lm.path, key="baseline")
-    candidate = resolve(m.candidate, lm.folder, manifest_path=lm.path, key="candidate")
-    factory = resolve(m.inputs.factory, lm.folder, manifest_path=lm.path, key="inputs.factory")
-    custom = {i: resolve(o.function, lm.folder, manifest_path=lm.path, key=f"oracles[{i}].function")
-              for i, o in enumerate(m.oracles) if o.function}
     device = m.device
     if device == "cuda":
         import torch
@@ -161,39 +156,39 @@ def run_manifest(
         if not torch.cuda.is_available():
             raise ExpkitError(f"{lm.path}: device: the manifest needs a CUDA GPU and none is visible "
                               "(run it on a GPU machine, or see manifests/examples/cpu/ for CPU examples)")
+    # The session imports baseline, candidate and factory (defences.resolve_sides):
+    # in a worker process when the defences isolate them (channel.py), so that this
+    # process, which times and judges, never runs the code under test.
+    session = defences.open_session(lm, settings, device)
     run_seed = settings.seed if settings.seed is not None else secrets.randbits(62)
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(m.name)
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    env = environment.capture(lm.folder, device, [baseline, candidate, factory])
+    env = environment.capture(lm.folder, device, [])
+    env["sources"] = session.sources()
     store.write_json(out_dir / store.ENV, env)
 
-    pre = preflight.run_preflight(
-        lm, baseline, candidate, factory, run_seed=run_seed, settings=settings.oracle, device=device,
-        custom_oracles=custom, identity=_identity_check(lm, baseline, candidate, device),
-    )
-    findings: List[Finding] = list(pre.findings)
+    pre = session.preflight(run_seed)
+    findings: List[Finding] = session.findings() + list(pre.findings)
     if device == "cuda":
         from .target import catalog_mismatches
 
         findings += catalog_mismatches()
-    findings += _model_oracles(lm, baseline, candidate, device)
+    findings += session.model_oracles()
     estimates: Dict[str, stats.Estimate] = {}
     measured: Dict[str, measure.CaseSamples] = {}
     rows: List[Dict[str, Any]] = []
     telemetry_note = "not collected (CPU run)" if device != "cuda" else "unavailable"
+    clock_logs: Dict[str, Any] = {}
     if not any(f.invalidates for f in findings):
-        timer = _timer(device, settings)
         tel = _telemetry(device)
         rng = random.Random(run_seed)
         for case in m.cases:
-            sets = [preflight.build_inputs(factory, case.params, preflight.derive_seed(run_seed, case.name, "time", k),
-                                           device, lm) for k in range(settings.measure.input_sets)]
             try:
                 if tel is not None:
                     tel.start()
-                cs = measure.measure_case(case.name, _rotating(baseline, sets), _rotating(candidate, sets), timer,
-                                          settings.measure, rng=rng, progress=progress)
+                cs, case_findings = session.measure_case(case, run_seed, rng=rng, progress=progress)
+                findings += case_findings
             except Exception as e:
                 findings.append(Finding("crash", False, f"raised {type(e).__name__}: {e} while being timed",
                                         case.name))
@@ -212,16 +207,92 @@ def run_manifest(
                                                       resamples=settings.measure.bootstrap, seed=run_seed % (2**32))
             if log is not None:
                 telemetry_note = tel.describe(log, flags)
+                clock_logs[case.name] = log
+    e2e = _end_to_end(lm, session, settings, run_seed, estimates, findings)
+    findings += e2e.findings if e2e is not None else ()
+    findings += session.close(out_dir)
     claims = {c.name: m.claimed(c) for c in m.cases}
     budget = {name: cs.budget_spent for name, cs in measured.items()}
     v = decide(findings, estimates, claims, m.claim.tolerance, budget, m.aggregate)
+    if settings.defences.enabled:
+        plausible = defences.plausibility(m, estimates, (env.get("gpu") or {}).get("name"), settings.defences)
+        findings += plausible
+        v = defences.apply_plausibility(v, plausible)
+    if e2e is not None:  # a claim that names the workload is judged on it too (end_to_end.apply)
+        from . import end_to_end
+
+        v = end_to_end.apply(v, e2e)
     wall = time.perf_counter() - t_start
     result = _result(lm, settings, v, findings, pre, estimates, measured, claims, env, run_seed, started, wall,
                      _cost(wall, device, env, settings), telemetry_note)
+    result.update(_v2_fields(lm, result, rows, clock_logs, telemetry_note))
+    result["defences"] = {"enabled": settings.defences.enabled, **session.evidence}
+    result["end_to_end"] = e2e.to_dict() if e2e is not None else None
     store.write_samples(out_dir / store.SAMPLES, rows)
     store.write_json(out_dir / store.RESULT, result)
     report.write(out_dir)
     return RunOutcome(v.verdict, v.exit_code, out_dir, result)
+
+
+def write_invalid_run(path: str | Path, out_dir: Path, finding: Finding, overrides: Sequence[str] = (), *,
+                      started: str, wall: float) -> RunOutcome:
+    """Write ``result.json`` and ``report.md`` for a run that died before writing its own.
+
+    A suite (``suite.py``) calls this when a manifest's worker process crashed, hung or
+    was killed: the verdict is ``invalid`` with ``finding`` as its reason, in the same
+    schema :func:`run_manifest` writes, so session and compare renderers read it like
+    any other run. The environment is the worker's ``env.json`` where it got that far;
+    otherwise this process's, with the device marked as not recorded.
+    """
+    import json
+
+    lm = load_manifest(path)
+    m = lm.manifest
+    settings = load_settings(overrides, m.measure)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env_path = out_dir / store.ENV
+    recorded = env_path.is_file()
+    env = json.loads(env_path.read_text()) if recorded else environment.capture(lm.folder, "cpu", [])
+    v = Verdict(INVALID, (finding.reason(),))
+    claims = {c.name: m.claimed(c) for c in m.cases}
+    note = "not collected (the run did not reach measurement)"
+    result = _result(lm, settings, v, [finding], preflight.PreflightResult((), ()), {}, {}, claims, env, None,
+                     started, wall, _cost(wall, m.device, env, settings), note)
+    if not recorded:
+        result["environment"]["where"] = (f"not recorded (the worker died before recording it); "
+                                          f"supervised on {_where(env)}")
+    result.update(_v2_fields(lm, result, [], {}, note))
+    store.write_samples(out_dir / store.SAMPLES, [])
+    store.write_json(out_dir / store.RESULT, result)
+    report.write(out_dir)
+    return RunOutcome(v.verdict, v.exit_code, out_dir, result)
+
+
+def _v2_fields(lm: LoadedManifest, result: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
+               logs: Mapping[str, Any], telemetry_note: str) -> Dict[str, Any]:
+    """Fields of result.json schema 2: savings, roofline, telemetry summary (see store.py)."""
+    from .roofline import Work, roofline
+    from .savings import savings
+
+    m = lm.manifest
+    cases = result["measured"]["cases"]
+    per_day = {c.name: c.calls_per_day or m.claim.calls_per_day for c in m.cases}
+    work = {c.name: Work(c.flops, c.bytes, c.precision) for c in m.cases}
+    tel_cases: Dict[str, Any] = {}
+    for r in rows:
+        t = tel_cases.setdefault(r["case"], {"samples": 0, "flagged": 0, "clocks": None})
+        t["samples"] += 1
+        t["flagged"] += int(bool(r["flagged"]))
+    for name, log in logs.items():
+        if name in tel_cases and hasattr(log, "summary"):
+            tel_cases[name]["clocks"] = log.summary()
+    return {
+        "savings": savings(cases, result["cost"], per_day),
+        "roofline": roofline(cases, work, result["environment"].get("gpu")),
+        "telemetry": {"note": telemetry_note, "samples": sum(t["samples"] for t in tel_cases.values()),
+                      "flagged": sum(t["flagged"] for t in tel_cases.values()), "cases": tel_cases},
+    }
 
 
 def _flag(cs: measure.CaseSamples, log: Any, tel: Any) -> List[bool]:
@@ -230,13 +301,39 @@ def _flag(cs: measure.CaseSamples, log: Any, tel: Any) -> List[bool]:
     return list(tel.flag(log, [(s.t_start, s.t_end) for s in cs.samples]))
 
 
+def _end_to_end(lm: LoadedManifest, session: Any, settings: Settings, run_seed: int,
+                estimates: Mapping[str, stats.Estimate], findings: Sequence[Finding]) -> Any:
+    """The workload the kernel is for (``end_to_end:``), measured after the kernel; None without one.
+
+    The workload runs where the code under test runs (the session's worker, see
+    ``end_to_end.collect``); its statistics and judgement are made here. Skipped
+    (recorded, nothing run) when the run is already invalid: minutes of workload
+    timing are not spent on a kernel that failed its seconds of checks."""
+    if lm.manifest.end_to_end is None:
+        return None
+    from . import end_to_end
+
+    bad = next((f for f in findings if f.invalidates), None)
+    if bad is not None:
+        return end_to_end.judge(lm, None, estimates, settings, skip=f"the run is already invalid ({bad.reason()})")
+    try:
+        collected = session.end_to_end(run_seed)
+    except ExpkitError:  # the user's to fix (a builder that does not import or build): exit 2
+        raise
+    except Exception as e:  # never lose the kernel's result to the workload's machinery
+        collected = {"skipped": "the end-to-end measurement failed", "evidence": {},
+                     "findings": [asdict(Finding("end_to_end:error", False, f"{type(e).__name__}: {e}",
+                                                 severity=WARNING))]}
+    return end_to_end.judge(lm, collected, estimates, settings, seed=run_seed)
+
+
 def _model_oracles(lm: LoadedManifest, baseline: Callable, candidate: Callable, device: str) -> List[Finding]:
     kinds = {o.kind for o in lm.manifest.oracles}
     if not kinds & {"perplexity", "kl_divergence"}:
         return []
     from .model_oracles import run_model_oracles
 
-    return list(run_model_oracles(lm, device))
+    return list(run_model_oracles(lm, baseline, candidate, device))
 
 
 def _where(env: Mapping[str, Any]) -> str:

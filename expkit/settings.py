@@ -58,12 +58,63 @@ class CostSettings:
 
 @dataclass(frozen=True)
 class LauncherSettings:
+    """Where and how the manifests of a suite run (``expkit run FOLDER``; see ``suite.py``).
+
+    ``name`` picks the launcher: ``local`` (worker processes on this machine, one per
+    GPU at a time, CPU manifests one at a time unless ``parallel_cpu``) or ``slurm``
+    (one submitit job per manifest; ``cluster=local`` runs those jobs through
+    submitit's local executor instead, for tests). ``timeout_seconds`` limits each
+    manifest's worker, start-up included; ``time_minutes`` is the SLURM job's own
+    limit and must leave the worker's room to report. ``start`` is how local workers
+    start: ``forkserver`` (forked from a process that has imported torch and expkit
+    once) or ``spawn`` (a fresh interpreter each: slower, shares nothing).
+    """
+
     name: str = "local"
     timeout_seconds: float = 1800.0
     partition: Optional[str] = None
     account: Optional[str] = None
     gpus_per_task: int = 1
     time_minutes: int = 60
+    cluster: str = "slurm"
+    cpus_per_task: int = 8
+    mem_gb: Optional[int] = None
+    poll_seconds: float = 10.0
+    start: str = "forkserver"
+    parallel_cpu: bool = False
+    cpu_workers: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class DefenceSettings:
+    """Defences against faked and fooled speedups (``expkit/defences.py``, ``docs/threat-model.md``).
+
+    ``enabled=false`` is the undefended harness, kept only to measure what the defences
+    cost (``benchmarks/defence_overhead.py``); never judge a claim with it. ``isolate``:
+    baseline and candidate run in a worker process that reports over a private,
+    authenticated channel. ``fresh``: how each timed call's inputs are made new
+    (``salt``: one element of one floating input rewritten at a secret position;
+    ``regenerate``: the whole set rebuilt by the factory; ``off``). ``recheck_budget``:
+    fraction of the timed seconds that re-checking timed outputs may cost, at least
+    ``min_rechecks`` blocks a case. A speedup above ``max_plausible_speedup`` (unless
+    the manifest's ``expect.max_plausible_speedup`` allows more) is never ``supported``.
+    ``envelope_abs_s`` / ``envelope_rel``: how far the worker's clock may fall short of
+    the parent's before a block is flagged. ``start_method``: ``forkserver`` (workers
+    fork from a server that has torch imported), ``spawn`` (a fresh interpreter
+    each) or ``fork`` (for a parent known to have run no torch op, such as a suite's
+    worker); see ``channel.py``.
+    """
+
+    enabled: bool = True
+    isolate: bool = True
+    fresh: str = "salt"
+    recheck_budget: float = 0.03
+    min_rechecks: int = 3
+    max_plausible_speedup: float = 10.0
+    envelope_abs_s: float = 0.002
+    envelope_rel: float = 0.25
+    start_method: str = "forkserver"
+    timeout_seconds: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -72,6 +123,7 @@ class Settings:
     oracle: OracleSettings = field(default_factory=OracleSettings)
     cost: CostSettings = field(default_factory=CostSettings)
     launcher: LauncherSettings = field(default_factory=LauncherSettings)
+    defences: DefenceSettings = field(default_factory=DefenceSettings)
     seed: Optional[int] = None
     overrides: tuple = ()
 
@@ -150,6 +202,7 @@ def load_settings(overrides: Sequence[str] = (), manifest_measure: Any = None) -
         oracle=OracleSettings(**data["oracle"]),
         cost=CostSettings(**data["cost"]),
         launcher=LauncherSettings(**data["launcher"]),
+        defences=DefenceSettings(**data.get("defences", {})),
         seed=data.get("seed"),
         overrides=tuple(overrides),
     )

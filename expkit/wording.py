@@ -66,6 +66,14 @@ def headline(result: dict) -> str:
     if verdict == "supported":
         return (f"**SUPPORTED**: the claimed {said} speedup{src} is demonstrated on {where}: "
                 f"measured {phrase}.")
+    e2e = result.get("end_to_end") or {}
+    micro_refuted = any(c.get("verdict") == "refuted" for c in (result.get("measured", {}).get("cases") or {}).values())
+    if verdict == "refuted" and e2e.get("refutes") and e2e.get("measured") and not micro_refuted:
+        # Refuted by the workload the claim names (end_to_end.py), not by the kernel's own timing.
+        m = e2e["measured"]
+        return (f"**REFUTED**: the claimed {said} speedup{src} does not carry over to the workload "
+                f"`{e2e.get('name')}` it is for, on {where}: the kernel alone measured {phrase}; the workload runs "
+                f"{speed_phrase(m['speedup'], m['ci_low'], m['ci_high'], m.get('confidence', 0.95))}.")
     if verdict == "refuted":
         return (f"**REFUTED**: the claimed {said} speedup{src} is not borne out on {where}: "
                 f"measured {phrase}.")
