@@ -928,6 +928,21 @@ class _CaseBench:
         return found
 
 
+def set_cpu_threads(threads: Optional[int]) -> None:
+    """Pin torch's intra-op threads for a run (``measure.cpu_threads``; null leaves torch's own).
+
+    On a shared machine with more runnable threads than cores, torch's OpenMP workers spin
+    and wait on each other, and a multi-threaded op can slow by an order of magnitude while
+    a single-threaded one barely moves (seen on this project's 2-core CI kind under load:
+    a row-wise GEMV 16 ms with 2 threads, 0.16 ms with 1). A ratio of two such ops then
+    measures the machine's load, not the code; one thread per run keeps it about the code.
+    """
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(int(threads))
+
+
 class Bench:
     """The code under test and the defences around it, on the side that runs it.
 
@@ -943,6 +958,7 @@ class Bench:
         _harness_modules()
         self.lm, self.settings, self.device = lm, settings, device
         self.defended = settings.defences.enabled
+        set_cpu_threads(settings.measure.cpu_threads)  # before the snapshot: the harness's own choice
         self.state0 = snapshot_state()
         self.funcs0 = FunctionSnapshot.take()
         self._told: set = set()

@@ -166,6 +166,8 @@ def run_manifest(
 
     env = environment.capture(lm.folder, device, [])
     env["sources"] = session.sources()
+    if device == "cpu" and settings.measure.cpu_threads is not None:
+        env["torch_threads"] = settings.measure.cpu_threads  # what the code under test ran with
     store.write_json(out_dir / store.ENV, env)
 
     pre = session.preflight(run_seed)

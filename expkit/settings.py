@@ -37,6 +37,7 @@ class MeasureSettings:
     input_sets: int = 4
     bootstrap: int = 2000
     cold: bool = True
+    cpu_threads: Optional[int] = 1
 
 
 @dataclass(frozen=True)

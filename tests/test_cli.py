@@ -44,9 +44,9 @@ def test_validate_accepts_the_examples(capsys):
 
 
 @pytest.mark.parametrize("edit,key", [
-    (("candidate: kernels:gemv_blas", "candidate: kernels:gemv_blass"), "candidate"),
-    (("candidate: kernels:gemv_blas", "candidate: nosuchmodule:f"), "candidate"),
-    (("speedup: 1.3", "speedup: [1]"), "claim.speedup"),
+    (("candidate: kernels:chain_right", "candidate: kernels:chain_rigth"), "candidate"),
+    (("candidate: kernels:chain_right", "candidate: nosuchmodule:f"), "candidate"),
+    (("speedup: 1.5", "speedup: [1]"), "claim.speedup"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, edit, key):
     (tmp_path / "kernels.py").write_text((CPU / "kernels.py").read_text())

@@ -56,6 +56,27 @@ def gemv_inputs(params: Dict[str, Any], gen: torch.Generator, device: str) -> Tu
     return w, x
 
 
+# --- A matrix chain: the honest win ------------------------------------------------
+
+@torch.library.custom_op("expkit_examples::chain_left", mutates_args=())
+def chain_left(a: Tensor, b: Tensor, x: Tensor) -> Tensor:
+    """(A @ B) @ X: forms the m x n product first, m*k*n + m*n*p multiply-adds."""
+    return (a @ b) @ x
+
+
+@torch.library.custom_op("expkit_examples::chain_right", mutates_args=())
+def chain_right(a: Tensor, b: Tensor, x: Tensor) -> Tensor:
+    """A @ (B @ X): the same product reassociated, k*n*p + m*k*p multiply-adds."""
+    return a @ (b @ x)
+
+
+def chain_inputs(params: Dict[str, Any], gen: torch.Generator, device: str) -> Tuple[Tensor, Tensor, Tensor]:
+    m, k, n, p = (int(params[d]) for d in ("m", "k", "n", "p"))
+    return (torch.randn(m, k, generator=gen, device=device) / k ** 0.5,
+            torch.randn(k, n, generator=gen, device=device) / n ** 0.5,
+            torch.randn(n, p, generator=gen, device=device))
+
+
 # --- Attention: the story of the "vectorized" kernel that never ran -------------------
 
 @torch.library.custom_op("expkit_examples::attn_basic", mutates_args=())

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One device call: install the wheels the GPU image lacks, run the GPU tests and the GPU
+# examples, and pack every output into $OUT/batch.tar.gz (the device returns at most 8 files).
+# Usage on the device machine, from the repository root:  bash scripts/device_batch.sh [STEPS...]
+# Steps: tests examples bench (default: all).
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT" /tmp/batch
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .wheels/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD
+steps=${*:-tests examples bench}
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+} | tee /tmp/batch/device.txt
+for step in $steps; do
+  case $step in
+    tests)
+      python3 -m pytest -m gpu tests -q -p no:cacheprovider 2>&1 | tee /tmp/batch/gpu_tests.log ;;
+    examples)
+      # Each GPU example into one session folder, then the session report.
+      for m in manifests/examples/gpu/*.yaml; do
+        n=$(basename "$m" .yaml)
+        python3 -m expkit run "$m" --session /tmp/batch/gpu-session --quiet 2>&1 | tee "/tmp/batch/$n.log"
+        echo "exit code: ${PIPESTATUS[0]}" | tee -a "/tmp/batch/$n.log"
+      done
+      python3 -m expkit session /tmp/batch/gpu-session ;;
+    bench)
+      for b in benchmarks/defence_overhead.py; do
+        [ -f "$b" ] && python3 "$b" --device cuda --out /tmp/batch 2>&1 | tee "/tmp/batch/$(basename "$b" .py).log"
+      done ;;
+  esac
+done
+tar -czf "$OUT/batch.tar.gz" -C /tmp/batch .
+ls -la "$OUT"
