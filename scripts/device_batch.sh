@@ -2,7 +2,7 @@
 # One device call: install the wheels the GPU image lacks, run the GPU tests and the GPU
 # examples, and pack every output into $OUT/batch.tar.gz (the device returns at most 8 files).
 # Usage on the device machine, from the repository root:  bash scripts/device_batch.sh [STEPS...]
-# Steps: tests examples bench (default: all).
+# Steps: tests examples bench suite2 (default: tests examples bench; suite2 needs two GPUs).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -27,6 +27,12 @@ for step in $steps; do
         echo "exit code: ${PIPESTATUS[0]}" | tee -a "/tmp/batch/$n.log"
       done
       python3 -m expkit session /tmp/batch/gpu-session ;;
+    suite2)
+      # Needs two GPUs: the scaling benchmark, then the GPU examples as one suite over both GPUs.
+      python3 benchmarks/suite_scaling.py --n 8 --seconds 6 --gpus 0,1 --out /tmp/batch/scaling 2>&1 | tee /tmp/batch/suite_scaling.log
+      python3 -m expkit run manifests/examples/gpu/ cost.provider=runpod --out /tmp/batch/gpu-suite 2>&1 | tee /tmp/batch/gpu-suite.log
+      echo "exit code: ${PIPESTATUS[0]}" | tee -a /tmp/batch/gpu-suite.log
+      python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_suite.py 2>&1 | tee /tmp/batch/suite_gpu_tests.log ;;
     bench)
       for b in benchmarks/defence_overhead.py; do
         [ -f "$b" ] && python3 "$b" --device cuda --out /tmp/batch 2>&1 | tee "/tmp/batch/$(basename "$b" .py).log"
