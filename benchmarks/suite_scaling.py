@@ -51,6 +51,8 @@ MANIFEST = textwrap.dedent('''
     candidate: scaling_kernels:clamp
     inputs: {{factory: scaling_kernels:inputs}}
     cases: [{{name: n16M, params: {{n: 16777216}}}}]
+    # relu and clamp_min launch the same elementwise kernel: sharing it is the point here.
+    expect: {{forbid_baseline: false}}
     device: cuda
 ''')
 
@@ -78,6 +80,11 @@ def run_suite(folder: Path, gpus: str, session: Path, seconds: float) -> dict:
         runs.append({"run": sub.name, "gpu": w.get("gpu"), "seen": (e.get("gpu") or {}).get("visible_devices"),
                      "gpu_name": (e.get("gpu") or {}).get("name"), "started": w.get("started"),
                      "seconds": w.get("supervisor_seconds"), "verdict": r["verdict"]})
+    unmeasured = [r["run"] for r in runs if r["verdict"] == "invalid"]
+    if unmeasured:
+        # An invalid run skips measurement, so the suite would time preflights, not the work.
+        raise SystemExit(f"suite with CUDA_VISIBLE_DEVICES={gpus}: {len(unmeasured)} run(s) invalid, so not "
+                         f"measured ({', '.join(unmeasured)}); see their result.json under {session}")
     return {"gpus": gpus, "wall": wall, "runs": runs, "exit_code": proc.returncode}
 
 
