@@ -426,7 +426,30 @@ class WorkerSession:
         if self._told:
             return []
         self._told = True
-        return [Finding(e.check, False, f"{e.message} ({when})")]
+        message = f"{e.message} ({when})"
+        if e.check == WORKER:
+            cause = self._death_cause()
+            if cause:
+                message += f": {cause}"
+        return [Finding(e.check, False, message)]
+
+    def _death_cause(self) -> str:
+        """Why the worker died (signal, exit status, CUDA error text), from its exit code and
+        the end of its stderr; empty while it is still alive (a timeout, say)."""
+        self.proc.join(timeout=2.0)
+        code = self.proc.exitcode
+        if code is None or code == 0:
+            return ""
+        from .worker import diagnose
+
+        try:
+            with open(self.stderr_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 8192))
+                tail = f.read().decode(errors="replace")
+        except OSError:
+            tail = ""
+        return diagnose(code, timed_out=False, timeout=0.0, tail=tail)
 
     def _request(self, op: str, **payload: Any) -> Dict[str, Any]:
         if self.broken is not None:
