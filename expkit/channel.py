@@ -188,15 +188,10 @@ def _redirect(fd: int, path: str) -> None:
     os.close(new)
 
 
-def _release_inherited() -> None:
-    """Close the descriptors a worker inherits from ``multiprocessing`` and does not need.
-
-    A forkserver child holds the server's liveness pipe (data written to it makes the
-    server stop) and the resource tracker's pipe; code under test that writes to
-    every descriptor it finds would break them for the workers after it. Closing
-    them leaves the channel's two pipes and stdio. Both attributes are CPython's
-    (3.8 to 3.13); where they are missing nothing is closed. A candidate that asks
-    for a resource tracker later gets a fresh one."""
+def release_forkserver_pipe() -> None:
+    """Close this process's copy of the fork server's liveness pipe (CPython's private
+    attribute, 3.8 to 3.13; where it is missing nothing is closed). See the callers for
+    why each needs it closed."""
     try:
         from multiprocessing import forkserver
 
@@ -206,6 +201,18 @@ def _release_inherited() -> None:
             forkserver._forkserver._forkserver_alive_fd = None
     except (AttributeError, OSError):
         pass
+
+
+def _release_inherited() -> None:
+    """Close the descriptors a worker inherits from ``multiprocessing`` and does not need.
+
+    A forkserver child holds the server's liveness pipe (data written to it makes the
+    server stop) and the resource tracker's pipe; code under test that writes to
+    every descriptor it finds would break them for the workers after it. Closing
+    them leaves the channel's two pipes and stdio. Both attributes are CPython's
+    (3.8 to 3.13); where they are missing nothing is closed. A candidate that asks
+    for a resource tracker later gets a fresh one."""
+    release_forkserver_pipe()
     try:
         from multiprocessing import resource_tracker
 

@@ -579,10 +579,6 @@ def record_runs(run: Callable[[], Any], runs: int, *, cuda: bool) -> Dict[str, A
     """``runs`` runs under ``torch.profiler``, each in a :data:`RUN_LABEL` span; the raw
     chrome trace. The device is drained before the profiler starts and after each run,
     outside the spans, so the harness's own synchronisations are not counted."""
-    import json
-    import os
-    import tempfile
-
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -595,16 +591,9 @@ def record_runs(run: Callable[[], Any], runs: int, *, cuda: bool) -> Dict[str, A
                 run()
             if cuda:
                 torch.cuda.synchronize()
-    fd, name = tempfile.mkstemp(prefix="expkit-e2e-", suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(name)
-        with open(name, encoding="utf-8") as f:
-            raw = json.load(f)
-    finally:
-        os.unlink(name)
-    raw["expkit_activities"] = ["cpu", "cuda"] if cuda else ["cpu"]
-    return raw
+    from .trace import exported
+
+    return exported(prof, cuda=cuda)
 
 
 @dataclass(frozen=True)

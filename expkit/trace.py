@@ -433,6 +433,12 @@ def record_chrome_trace(fn: Callable[[], T], *, cuda: bool) -> Tuple[T, Dict[str
         result = fn()
         if cuda:
             torch.cuda.synchronize()
+    return result, exported(prof, cuda=cuda)
+
+
+def exported(prof: Any, *, cuda: bool) -> Dict[str, Any]:
+    """A finished profile as the chrome-trace dict kineto exports: the exported file keeps
+    each kernel's grid and block, which the in-memory event API drops."""
     fd, name = tempfile.mkstemp(prefix="expkit-trace-", suffix=".json")
     os.close(fd)
     try:
@@ -443,7 +449,7 @@ def record_chrome_trace(fn: Callable[[], T], *, cuda: bool) -> Tuple[T, Dict[str
         os.unlink(name)
     raw.pop("traceName", None)  # the deleted temp path
     raw["expkit_activities"] = ["cpu", "cuda"] if cuda else ["cpu"]
-    return result, raw
+    return raw
 
 
 def capture(fn: Callable[[], T], *, cuda: bool) -> Tuple[T, Trace]:

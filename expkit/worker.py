@@ -245,15 +245,9 @@ def _release_forkserver() -> None:
     outlive a killed suite. The attribute is CPython's (3.8 to 3.13); where it is
     missing nothing is closed and the worker ends at its own time limit only.
     """
-    try:
-        from multiprocessing import forkserver
+    from .channel import release_forkserver_pipe
 
-        fd = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)
-        if fd is not None:
-            os.close(fd)
-            forkserver._forkserver._forkserver_alive_fd = None
-    except (AttributeError, OSError):
-        pass
+    release_forkserver_pipe()
 
 
 def _forked_main(job_json: str) -> None:
