@@ -874,7 +874,6 @@ def render(results: dict[str, Any], flush: str) -> str:
     miss_small, miss_big, ncu_miss, ncu_skipped = [], [], [], []
     for name, rec in results["ops"].items():
         c = rec.get("cells", {})
-        ref = c.get("cupti_cold", {}).get("seconds")
         # Same calls: the profiled timer samples and the kernels CUPTI recorded in them.
         # The separate-run ratios also carry clock changes between the two windows.
         for label, a, b in (("cold", "expkit_cold_profiled", "cupti_cold"), ("warm", "expkit_warm_profiled", "cupti_warm")):

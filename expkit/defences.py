@@ -70,10 +70,8 @@ parent's own judgement of the raw samples; see docs/threat-model.md.
 
 from __future__ import annotations
 
-import gc
 import importlib
 import inspect
-import math
 import os
 import random
 import secrets

@@ -39,14 +39,14 @@ import contextlib
 import hashlib
 import math
 import traceback
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
 from . import defences, oracles
 from .errors import ManifestError
-from .findings import WARNING, Finding
+from .findings import Finding
 from .manifest import Case, LoadedManifest, Oracle
 from .settings import OracleSettings
 

@@ -13,7 +13,6 @@ import itertools
 import math
 import random
 import secrets
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,7 +22,6 @@ from . import __version__, defences, environment, measure, preflight, report, st
 from .errors import ExpkitError
 from .findings import WARNING, Finding
 from .manifest import LoadedManifest, load as load_manifest
-from .refs import resolve
 from .settings import Settings, load_settings
 from .verdict import INVALID, Verdict, decide
 

@@ -1,7 +1,6 @@
 import textwrap
 
 import pytest
-import torch
 
 from expkit import preflight
 from expkit.errors import ManifestError

@@ -11,7 +11,6 @@ import hashlib
 import os
 import stat
 import subprocess
-import sys
 import threading
 import time
 
