@@ -230,7 +230,6 @@ def _record(model: nn.Module, inputs: tuple):
     outs: Dict[_Key, Any] = {}
     calls: Dict[str, int] = {}
     stack: List[_Key] = []
-    handles = []
 
     def pre(name):
         def hook(mod, args, kwargs):
@@ -245,6 +244,14 @@ def _record(model: nn.Module, inputs: tuple):
             outs[stack.pop()] = _snapshot(output)
         return hook
 
+    _run_hooked(model, inputs, pre, post)
+    return ins, outs
+
+
+def _run_hooked(model: nn.Module, inputs: tuple, pre, post) -> None:
+    """One no-grad forward of ``model`` with ``pre(name)``/``post(name)`` hooks (with
+    kwargs) on every module, removed again whatever happens."""
+    handles = []
     try:
         for name, m in model.named_modules():
             handles.append(m.register_forward_pre_hook(pre(name), with_kwargs=True))
@@ -254,7 +261,6 @@ def _record(model: nn.Module, inputs: tuple):
     finally:
         for h in handles:
             h.remove()
-    return ins, outs
 
 
 def _replay(model: nn.Module, inputs: tuple, ins, outs, rtol: float, atol: float):
@@ -262,7 +268,6 @@ def _replay(model: nn.Module, inputs: tuple, ins, outs, rtol: float, atol: float
     origins: List[Divergence] = []
     calls: Dict[str, int] = {}
     stack: List[Tuple[_Key, nn.Module, bool]] = []
-    handles = []
 
     def pre(name):
         def hook(mod, args, kwargs):
@@ -305,15 +310,7 @@ def _replay(model: nn.Module, inputs: tuple, ins, outs, rtol: float, atol: float
             return _adopt(ref, output)  # downstream sees the baseline's value
         return hook
 
-    try:
-        for name, m in model.named_modules():
-            handles.append(m.register_forward_pre_hook(pre(name), with_kwargs=True))
-            handles.append(m.register_forward_hook(post(name), with_kwargs=True))
-        with torch.no_grad():
-            model(*inputs)
-    finally:
-        for h in handles:
-            h.remove()
+    _run_hooked(model, inputs, pre, post)
     return rows, origins
 
 

@@ -92,7 +92,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from .findings import WARNING, Finding
 
@@ -432,10 +432,9 @@ def _runtime_events(raw: Mapping[str, Any]) -> List[Tuple[str, float, float]]:
     return out
 
 
-def _self_times(ops: Sequence[Any]) -> Dict[int, float]:
-    """Self time of each op (its duration less its direct children's), per thread, by a
-    stack sweep over ops sorted by start (longest first on ties)."""
-    self_us: Dict[int, float] = {}
+def _with_parents(ops: Sequence[Any]) -> Iterator[Tuple[Any, Optional[Any]]]:
+    """Each op with the op directly around it on its thread (or None), parents before
+    children: a stack sweep over each thread's ops sorted by start, longest first on ties."""
     by_tid: Dict[str, List[Any]] = {}
     for op in ops:
         by_tid.setdefault(str(op.tid), []).append(op)
@@ -445,10 +444,17 @@ def _self_times(ops: Sequence[Any]) -> Dict[int, float]:
         for op in tops:
             while stack and stack[-1].end_us <= op.ts_us:
                 stack.pop()
-            self_us[id(op)] = op.dur_us
-            if stack:
-                self_us[id(stack[-1])] -= op.dur_us
+            yield op, (stack[-1] if stack else None)
             stack.append(op)
+
+
+def _self_times(ops: Sequence[Any]) -> Dict[int, float]:
+    """Self time of each op: its duration less its direct children's."""
+    self_us: Dict[int, float] = {}
+    for op, parent in _with_parents(ops):
+        self_us[id(op)] = op.dur_us
+        if parent is not None:
+            self_us[id(parent)] -= op.dur_us
     return self_us
 
 
@@ -457,21 +463,12 @@ def _outermost(ops: Sequence[Any], match: Callable[[str], bool]) -> Tuple[List[A
     an op around it matches."""
     under: Dict[int, bool] = {}
     outer: List[Any] = []
-    by_tid: Dict[str, List[Any]] = {}
-    for op in ops:
-        by_tid.setdefault(str(op.tid), []).append(op)
-    for tops in by_tid.values():
-        tops.sort(key=lambda o: (o.ts_us, -o.dur_us))
-        stack: List[Any] = []
-        for op in tops:
-            while stack and stack[-1].end_us <= op.ts_us:
-                stack.pop()
-            parent_in = under[id(stack[-1])] if stack else False
-            me = match(op.name)
-            if me and not parent_in:
-                outer.append(op)
-            under[id(op)] = parent_in or me
-            stack.append(op)
+    for op, parent in _with_parents(ops):
+        parent_in = under[id(parent)] if parent is not None else False
+        me = match(op.name)
+        if me and not parent_in:
+            outer.append(op)
+        under[id(op)] = parent_in or me
     return outer, under
 
 
