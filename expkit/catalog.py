@@ -29,7 +29,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional, Tuple
 
-import yaml
 
 from . import paths
 from .errors import ExpkitError
@@ -144,15 +143,8 @@ def load_catalog(path: Optional[Path] = None) -> Mapping[str, GpuSpec]:
 @functools.lru_cache(maxsize=8)
 def _load(path_str: str) -> Mapping[str, GpuSpec]:
     path = Path(path_str)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise CatalogError(f"{path}: cannot read the GPU catalog ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise CatalogError(f"{path}: not valid YAML ({e})") from None
-    if not isinstance(data, dict) or data.get("schema_version") != CATALOG_SCHEMA_VERSION:
-        raise CatalogError(f"{path}: schema_version: expected {CATALOG_SCHEMA_VERSION}, "
-                           f"got {data.get('schema_version') if isinstance(data, dict) else data!r}")
+    data = paths.read_versioned_yaml(path, schema_version=CATALOG_SCHEMA_VERSION, what="GPU catalog",
+                                     error=CatalogError)
     ccs = {k: v for k, v in (data.get("compute_capabilities") or {}).items() if not str(k).startswith("_")}
     specs = {}
     for key, entry in (data.get("gpus") or {}).items():

@@ -25,5 +25,22 @@ def conf_dir() -> Path:
     return _CHECKOUT_CONF
 
 
+def read_versioned_yaml(path: Path, *, schema_version: int, what: str, error: type) -> dict:
+    """A configuration data file (catalog, price list) as a dict, checked for its schema
+    version; any problem is raised as ``error`` naming the file and what it is."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise error(f"{path}: cannot read the {what} ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        raise error(f"{path}: not valid YAML ({e})") from None
+    if not isinstance(data, dict) or data.get("schema_version") != schema_version:
+        got = data.get("schema_version") if isinstance(data, dict) else data
+        raise error(f"{path}: schema_version: expected {schema_version}, got {got!r}")
+    return data
+
+
 def templates_dir() -> Path:
     return Path(__file__).resolve().parent / "templates"

@@ -23,7 +23,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Optional, Tuple
 
-import yaml
 
 from . import paths
 from .errors import ExpkitError
@@ -132,14 +131,8 @@ def price_for(gpu_key: str, provider: Optional[str] = None,
 @functools.lru_cache(maxsize=8)
 def _load(path_str: str) -> PriceList:
     path = Path(path_str)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise PriceError(f"{path}: cannot read the price list ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise PriceError(f"{path}: not valid YAML ({e})") from None
-    if not isinstance(data, dict) or data.get("schema_version") != PRICES_SCHEMA_VERSION:
-        raise PriceError(f"{path}: schema_version: expected {PRICES_SCHEMA_VERSION}")
+    data = paths.read_versioned_yaml(path, schema_version=PRICES_SCHEMA_VERSION, what="price list",
+                                     error=PriceError)
     default_provider = data.get("default_provider")
     if default_provider is not None and not isinstance(default_provider, str):
         raise PriceError(f"{path}: default_provider: expected a provider name or null")
