@@ -9,21 +9,30 @@ with the error in its reasons, and the report is still written.
 from __future__ import annotations
 
 import datetime as _dt
-import itertools
 import math
 import random
 import secrets
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from . import __version__, defences, environment, measure, preflight, report, stats, store
-from .errors import ExpkitError
-from .findings import WARNING, Finding
-from .manifest import LoadedManifest, load as load_manifest
-from .settings import Settings, load_settings
-from .verdict import INVALID, Verdict, decide
+from .bench import environment
+from .bench.endpoint import OutOfMemory, warm_up_forkserver
+from .bench.pair import Pair, open_pair
+from .bench.replicates import Replicates
+from .checks import preflight
+from .timing import measure
+from .timing.figures import judged, timing_findings, timing_section
+from .report import run_report, store
+from .verdict import stats
+from .core.errors import ExpkitError, OutOfMemoryPlan
+from .core.findings import WARNING, Finding
+from .core.version import __version__
+from .manifest.spec import LoadedManifest, load as load_manifest
+from .manifest.settings import Settings, load_settings
+from .verdict.rules import INCONCLUSIVE, INVALID, Verdict, decide
+from .verdict.plausibility import apply_plausibility, plausibility
 
 
 @dataclass(frozen=True)
@@ -45,72 +54,6 @@ def default_out_dir(name: str, root: Path = Path("reports")) -> Path:
     return out
 
 
-def _rotating(fn: Callable[..., Any], sets: Sequence[Tuple[Any, ...]]) -> Callable[[], Any]:
-    it = itertools.cycle(sets)
-    return lambda: fn(*next(it))
-
-
-def _timer(device: str, settings: Settings) -> Any:
-    if device == "cuda":
-        from .cuda_timer import CudaTimer
-
-        return CudaTimer(cold=settings.measure.cold)
-    from .timing import PerfCounterTimer
-
-    return PerfCounterTimer()
-
-
-def _telemetry(device: str) -> Any:
-    if device != "cuda":
-        return None
-    from . import telemetry
-
-    return telemetry.for_device(device)
-
-
-def _identity_check(lm: LoadedManifest, baseline: Callable, candidate: Callable, device: str):
-    from . import expectations, trace
-
-    cuda = device == "cuda"
-
-    def check(run: preflight.CaseRun, inputs: Sequence[Any]):
-        cand_args, base_args = preflight.clone_inputs(inputs), preflight.clone_inputs(inputs)
-        try:
-            _, cand_trace = trace.capture(lambda: candidate(*cand_args), cuda=cuda)
-        except Exception as e:
-            return [Finding("crash", False, f"candidate raised {type(e).__name__}: {e} while profiled", run.name)], None
-        _, base_trace = trace.capture(lambda: baseline(*base_args), cuda=cuda)
-        found = expectations.check_expectations(lm.manifest.expect, cand_trace, base_trace,
-                                                harness_stream=cand_trace.harness_stream)
-        findings = [Finding(f.check, f.ok, f.message, run.name, severity=getattr(f, "severity", "invalid"))
-                    for f in found if not f.ok or run.declared]
-        findings += [f for f in _target_findings(lm, cand_trace, run.name)]
-        summary = preflight.IdentitySummary(
-            run.name,
-            tuple(o.name for o in cand_trace.top_level_ops()),
-            tuple(o.name for o in base_trace.top_level_ops()),
-            tuple(_kernel_row(k) for k in cand_trace.kernels),
-            tuple(_kernel_row(k) for k in base_trace.kernels),
-        )
-        return findings, summary
-
-    return check
-
-
-def _kernel_row(k: Any) -> Dict[str, Any]:
-    return {"name": k.name, "grid": list(k.grid), "block": list(k.block),
-            "registers_per_thread": k.registers_per_thread, "shared_memory": k.shared_memory, "stream": k.stream}
-
-
-def _target_findings(lm: LoadedManifest, tr: Any, case: str) -> List[Finding]:
-    """Each candidate kernel's launch resources against the claim's target GPU."""
-    if not tr.kernels:
-        return []
-    from .target import check_kernels
-
-    return list(check_kernels(lm.manifest.target, tr.kernels, case=case))
-
-
 def _cost(seconds: float, device: str, env: Mapping[str, Any], settings: Settings) -> Dict[str, Any]:
     if settings.cost.usd_per_hour is not None:
         rate, source = settings.cost.usd_per_hour, "cost.usd_per_hour override"
@@ -119,7 +62,7 @@ def _cost(seconds: float, device: str, env: Mapping[str, Any], settings: Setting
     else:
         rate, source = None, None
         try:
-            from . import catalog, prices
+            from .manifest import catalog, prices
 
             spec = catalog.match_device(env["gpu"].get("name") or "")
             price = prices.price_for(spec.key, settings.cost.provider) if spec else None
@@ -140,105 +83,167 @@ def run_manifest(
     *,
     progress: Optional[measure.ProgressFn] = None,
     settings: Optional[Settings] = None,
+    plots: bool = True,
 ) -> RunOutcome:
-    """Run one manifest and write ``result.json``, ``samples.csv``, ``env.json`` and ``report.md``."""
+    """Run one manifest and write ``result.json``, ``samples.csv``, ``env.json`` and ``report.md``.
+
+    Each side runs in a worker process of its own (:mod:`expkit.bench.pair`); this
+    process never imports the code under test and never initialises CUDA: what it
+    knows of the GPU comes from the baseline's worker. ``plots=False`` leaves the report's
+    figures to a later ``report.run_report.write(out_dir)`` (the CLI draws them after it
+    has printed the verdict)."""
     t_start = time.perf_counter()
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     lm = load_manifest(path)
     m = lm.manifest
     settings = settings or load_settings(overrides, m.measure)
     device = m.device
-    if device == "cuda":
-        import torch
+    stages = Stages(t_start)
+    warm_up_forkserver(settings.defences.start_method)
+    stages.mark("load")
+    pair = open_pair(lm, settings, device)
+    stages.mark("start")
+    try:
+        return _run(lm, settings, pair, out_dir, progress, t_start, started, stages, plots)
+    finally:
+        pair.close(None)
 
-        if not torch.cuda.is_available():
-            raise ExpkitError(f"{lm.path}: device: the manifest needs a CUDA GPU and none is visible "
-                              "(run it on a GPU machine, or see manifests/examples/cpu/ for CPU examples)")
-    # The session imports baseline, candidate and factory (defences.resolve_sides):
-    # in a worker process when the defences isolate them (channel.py), so that this
-    # process, which times and judges, never runs the code under test.
-    session = defences.open_session(lm, settings, device)
+
+class Stages:
+    """Wall seconds by stage of one run, in order (``result.json``'s ``stages``)."""
+
+    def __init__(self, t0: float) -> None:
+        self.t = t0
+        self.seconds: Dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = self.seconds.get(name, 0.0) + (now - self.t)
+        self.t = now
+
+
+def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[Path],
+         progress: Optional[measure.ProgressFn], t_start: float, started: str, stages: Stages,
+         plots: bool = True) -> RunOutcome:
+    m, device = lm.manifest, lm.manifest.device
+    if device == "cuda" and not (pair.gpu or {}).get("name") and not pair.session_findings:
+        raise ExpkitError(f"{lm.path}: device: the manifest needs a CUDA GPU and none is visible "
+                          "(run it on a GPU machine, or see manifests/examples/cpu/ for CPU examples)")
     run_seed = settings.seed if settings.seed is not None else secrets.randbits(62)
     out_dir = Path(out_dir) if out_dir is not None else default_out_dir(m.name)
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    env = environment.capture(lm.folder, device, [])
-    env["sources"] = session.sources()
+    env = environment.capture(lm.folder, device, [], gpu=pair.gpu if device == "cuda" else None)
+    env["sources"] = pair.sources()
     if device == "cpu" and settings.measure.cpu_threads is not None:
         env["torch_threads"] = settings.measure.cpu_threads  # what the code under test ran with
     store.write_json(out_dir / store.ENV, env)
 
-    pre = session.preflight(run_seed)
-    findings: List[Finding] = session.findings() + list(pre.findings)
-    if device == "cuda":
-        from .target import catalog_mismatches
-
-        findings += catalog_mismatches()
-    findings += session.model_oracles()
+    findings: List[Finding] = pair.findings()
+    try:
+        memory = pair.plan_memory(run_seed) if not any(f.invalidates for f in findings) else None
+    except OutOfMemoryPlan as e:
+        # No verdict: the code under test cannot run once. The report says so; the CLI
+        # prints one line and exits 5.
+        _write_unrun(lm, settings, out_dir, env, run_seed, started, t_start, pair,
+                     Finding("memory", False, f"{e} (no verdict: exit code 5)", severity=WARNING))
+        raise
+    stages.mark("plan")
+    pre = pair.preflight(run_seed)
+    findings += list(pre.findings)
+    stages.mark("preflight")
+    findings += pair.model_oracles()
+    stages.mark("model_oracles")
     estimates: Dict[str, stats.Estimate] = {}
     measured: Dict[str, measure.CaseSamples] = {}
     rows: List[Dict[str, Any]] = []
     telemetry_note = "not collected (CPU run)" if device != "cuda" else "unavailable"
     clock_logs: Dict[str, Any] = {}
+    keeps: Dict[str, List[bool]] = {}
     if not any(f.invalidates for f in findings):
-        tel = _telemetry(device)
-        rng = random.Random(run_seed)
-        for case in m.cases:
-            try:
-                if tel is not None:
-                    tel.start()
-                cs, case_findings = session.measure_case(case, run_seed, rng=rng, progress=progress)
-                findings += case_findings
-            except Exception as e:
-                findings.append(Finding("crash", False, f"raised {type(e).__name__}: {e} while being timed",
-                                        case.name))
-                continue
-            finally:
-                log = tel.stop() if tel is not None else None
-            flags = _flag(cs, log, tel)
-            kept = [s for s, f in zip(cs.samples, flags) if not f]
-            measured[case.name] = cs
+        replicates = Replicates(lm, settings, device, pair, run_seed, memory, out_dir)
+        got = measure.measure_replicated([c.name for c in m.cases], replicates.open, settings.measure,
+                                         rng=random.Random(run_seed), progress=progress)
+        findings += replicates.findings
+        for name, e in got.errors.items():
+            if isinstance(e, OutOfMemory):
+                findings.append(Finding("memory", False, f"ran out of memory while being timed ({e}); the memory "
+                                        f"plan was {memory.to_dict() if memory else 'not made'}", name))
+            else:
+                findings.append(Finding("crash", False, f"raised {type(e).__name__}: {e} while being timed", name))
+        for name, cs in got.cases.items():
+            flags = replicates.flags(name, cs)
+            measured[name] = cs
+            keeps[name] = [not f for f in flags]
             for s, f in zip(cs.samples, flags):
                 rows.append({**asdict(s), "flagged": bool(f)})
-            b = [s.seconds for s in kept if s.side == "baseline"]
-            c = [s.seconds for s in kept if s.side == "candidate"]
-            if b and c:
-                estimates[case.name] = stats.estimate(b, c, confidence=settings.measure.confidence,
-                                                      resamples=settings.measure.bootstrap, seed=run_seed % (2**32))
-            if log is not None:
-                telemetry_note = tel.describe(log, flags)
-                clock_logs[case.name] = log
-    e2e = _end_to_end(lm, session, settings, run_seed, estimates, findings)
+            try:
+                estimates[name] = measure.case_estimate(judged(cs), confidence=settings.measure.confidence,
+                                                        resamples=settings.measure.bootstrap,
+                                                        seed=run_seed % (2**32), keep=keeps[name])
+            except ValueError:  # every round lost a side to the telemetry's flags
+                pass
+            note = replicates.describe(name, flags)
+            if note is not None:
+                telemetry_note = note
+                clock_logs[name] = next(g for g in replicates.logs[name] if g is not None)
+        findings += timing_findings(measured, keeps)
+    stages.mark("measure")
+    e2e = _end_to_end(lm, pair, settings, run_seed, estimates, findings)
     findings += e2e.findings if e2e is not None else ()
-    findings += session.close(out_dir)
+    stages.mark("end_to_end")
+    findings += pair.close(out_dir)
     claims = {c.name: m.claimed(c) for c in m.cases}
     budget = {name: cs.budget_spent for name, cs in measured.items()}
     v = decide(findings, estimates, claims, m.claim.tolerance, budget, m.aggregate)
     if settings.defences.enabled:
-        plausible = defences.plausibility(m, estimates, (env.get("gpu") or {}).get("name"), settings.defences)
+        plausible = plausibility(m, estimates, (env.get("gpu") or {}).get("name"), settings.defences)
         findings += plausible
-        v = defences.apply_plausibility(v, plausible)
-    if e2e is not None:  # a claim that names the workload is judged on it too (end_to_end.apply)
-        from . import end_to_end
+        v = apply_plausibility(v, plausible)
+    if e2e is not None:  # a claim that names the workload is judged on it too (workload.judge.apply)
+        from .workload.judge import apply
 
-        v = end_to_end.apply(v, e2e)
+        v = apply(v, e2e)
     wall = time.perf_counter() - t_start
     result = _result(lm, settings, v, findings, pre, estimates, measured, claims, env, run_seed, started, wall,
                      _cost(wall, device, env, settings), telemetry_note)
     result.update(_v2_fields(lm, result, rows, clock_logs, telemetry_note))
-    result["defences"] = {"enabled": settings.defences.enabled, **session.evidence}
+    result["defences"] = {"enabled": settings.defences.enabled, **pair.evidence}
+    result["timing"].update(timing_section(measured, keeps))
+    result["memory"] = memory.to_dict() if memory is not None else None
     result["end_to_end"] = e2e.to_dict() if e2e is not None else None
+    stages.mark("judge")
+    result["stages"] = dict(stages.seconds)
     store.write_samples(out_dir / store.SAMPLES, rows)
     store.write_json(out_dir / store.RESULT, result)
-    report.write(out_dir)
+    run_report.write(out_dir, plots=plots)
     return RunOutcome(v.verdict, v.exit_code, out_dir, result)
+
+
+def _write_unrun(lm: LoadedManifest, settings: Settings, out_dir: Path, env: Mapping[str, Any], run_seed: int,
+                 started: str, t_start: float, pair: Pair, finding: Finding) -> None:
+    """result.json and report.md for a run that ended before any check: ``inconclusive``,
+    with the reason; the caller decides the exit code."""
+    m = lm.manifest
+    findings = [finding] + pair.close(out_dir)
+    v = Verdict(INCONCLUSIVE, tuple(f.reason() for f in findings))
+    wall = time.perf_counter() - t_start
+    claims = {c.name: m.claimed(c) for c in m.cases}
+    note = "not collected (the run did not reach measurement)"
+    result = _result(lm, settings, v, findings, preflight.PreflightResult((), ()), {}, {}, claims, env, run_seed,
+                     started, wall, _cost(wall, m.device, env, settings), note)
+    result.update(_v2_fields(lm, result, [], {}, note))
+    result["defences"] = {"enabled": settings.defences.enabled, **pair.evidence}
+    store.write_samples(out_dir / store.SAMPLES, [])
+    store.write_json(out_dir / store.RESULT, result)
+    run_report.write(out_dir)
 
 
 def write_invalid_run(path: str | Path, out_dir: Path, finding: Finding, overrides: Sequence[str] = (), *,
                       started: str, wall: float) -> RunOutcome:
     """Write ``result.json`` and ``report.md`` for a run that died before writing its own.
 
-    A suite (``suite.py``) calls this when a manifest's worker process crashed, hung or
+    A suite (``suites/worker.py``) calls this when a manifest's worker process crashed, hung or
     was killed: the verdict is ``invalid`` with ``finding`` as its reason, in the same
     schema :func:`run_manifest` writes, so session and compare renderers read it like
     any other run. The environment is the worker's ``env.json`` where it got that far;
@@ -265,15 +270,15 @@ def write_invalid_run(path: str | Path, out_dir: Path, finding: Finding, overrid
     result.update(_v2_fields(lm, result, [], {}, note))
     store.write_samples(out_dir / store.SAMPLES, [])
     store.write_json(out_dir / store.RESULT, result)
-    report.write(out_dir)
+    run_report.write(out_dir)
     return RunOutcome(v.verdict, v.exit_code, out_dir, result)
 
 
 def _v2_fields(lm: LoadedManifest, result: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
                logs: Mapping[str, Any], telemetry_note: str) -> Dict[str, Any]:
-    """Fields of result.json schema 2: savings, roofline, telemetry summary (see store.py)."""
-    from .roofline import Work, roofline
-    from .savings import savings
+    """Fields of result.json schema 2: savings, roofline, telemetry summary (see report/store.py)."""
+    from .verdict.roofline import Work, roofline
+    from .verdict.savings import savings
 
     m = lm.manifest
     cases = result["measured"]["cases"]
@@ -295,45 +300,30 @@ def _v2_fields(lm: LoadedManifest, result: Mapping[str, Any], rows: Sequence[Map
     }
 
 
-def _flag(cs: measure.CaseSamples, log: Any, tel: Any) -> List[bool]:
-    if log is None or tel is None:
-        return [False] * len(cs.samples)
-    return list(tel.flag(log, [(s.t_start, s.t_end) for s in cs.samples]))
-
-
-def _end_to_end(lm: LoadedManifest, session: Any, settings: Settings, run_seed: int,
+def _end_to_end(lm: LoadedManifest, pair: Any, settings: Settings, run_seed: int,
                 estimates: Mapping[str, stats.Estimate], findings: Sequence[Finding]) -> Any:
     """The workload the kernel is for (``end_to_end:``), measured after the kernel; None without one.
 
     The workload runs where the code under test runs (the session's worker, see
-    ``end_to_end.collect``); its statistics and judgement are made here. Skipped
+    ``workload.collect``); its statistics and judgement are made here. Skipped
     (recorded, nothing run) when the run is already invalid: minutes of workload
     timing are not spent on a kernel that failed its seconds of checks."""
     if lm.manifest.end_to_end is None:
         return None
-    from . import end_to_end
+    from .workload.judge import judge
 
     bad = next((f for f in findings if f.invalidates), None)
     if bad is not None:
-        return end_to_end.judge(lm, None, estimates, settings, skip=f"the run is already invalid ({bad.reason()})")
+        return judge(lm, None, estimates, settings, skip=f"the run is already invalid ({bad.reason()})")
     try:
-        collected = session.end_to_end(run_seed)
+        collected = pair.end_to_end(run_seed)
     except ExpkitError:  # the user's to fix (a builder that does not import or build): exit 2
         raise
     except Exception as e:  # never lose the kernel's result to the workload's machinery
         collected = {"skipped": "the end-to-end measurement failed", "evidence": {},
                      "findings": [asdict(Finding("end_to_end:error", False, f"{type(e).__name__}: {e}",
                                                  severity=WARNING))]}
-    return end_to_end.judge(lm, collected, estimates, settings, seed=run_seed)
-
-
-def _model_oracles(lm: LoadedManifest, baseline: Callable, candidate: Callable, device: str) -> List[Finding]:
-    kinds = {o.kind for o in lm.manifest.oracles}
-    if not kinds & {"perplexity", "kl_divergence"}:
-        return []
-    from .model_oracles import run_model_oracles
-
-    return list(run_model_oracles(lm, baseline, candidate, device))
+    return judge(lm, collected, estimates, settings, seed=run_seed)
 
 
 def _where(env: Mapping[str, Any]) -> str:
@@ -368,6 +358,7 @@ def _result(lm: LoadedManifest, settings: Settings, v: Verdict, findings: Sequen
             "claimed": claims[name], "threshold": cv.threshold if cv else None,
             "verdict": cv.verdict if cv else None, "stopped": cs.stopped,
             "timed_seconds": cs.timed_seconds, "wall_seconds": cs.wall_seconds, "warnings": list(est.warnings),
+            **est.record(),
         }
     overall = None
     if estimates:

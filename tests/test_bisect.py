@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from expkit.bisect import bisect
+from expkit.suites.bisect import bisect
 
 GOOD = "def candidate(x):\n    return x + x\n"
 BAD = "def candidate(x):\n    y = x + x\n    y[-1] = 0.0  # the planted bug\n    return y\n"

@@ -11,13 +11,13 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from expkit import catalog
-from expkit.catalog import (CC_FIELDS, PRODUCT_FIELDS, CatalogError, DeviceProps, device_props, load_catalog,
+from expkit.manifest import catalog
+from expkit.manifest.catalog import (CC_FIELDS, PRODUCT_FIELDS, CatalogError, DeviceProps, device_props, load_catalog,
                             lookup, match_device, reconcile)
-from expkit.errors import ExpkitError
+from expkit.core.errors import ExpkitError
 
 REQUIRED = ("t4", "a10g", "l4", "l40s", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "rtx-4090")
-CATALOG_FILE = Path(catalog.__file__).resolve().parent.parent / "conf" / "catalog" / "gpus.yaml"
+CATALOG_FILE = Path(catalog.__file__).resolve().parents[2] / "conf" / "catalog" / "gpus.yaml"
 
 
 def _no_cuda() -> bool:

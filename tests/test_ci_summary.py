@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from expkit import ci_summary
+from expkit.report import ci_summary
 
 DATA = Path(__file__).resolve().parent / "data" / "results"
 
@@ -24,7 +24,7 @@ def test_the_verdict_table_is_appended(tmp_path):
     assert ci_summary.publish(results(), ["r1/report.md", "r2/report.md"], environ=env) == path
     text = path.read_text()
     assert text.startswith("earlier step\n### expkit verdicts")
-    from expkit.wording import fmt_x
+    from expkit.verdict.wording import fmt_x
 
     overall = results()[0]["measured"]["overall"]
     assert f"| **SUPPORTED** | honest-win | 1.3× | {fmt_x(overall['speedup'])} [{fmt_x(overall['ci_low'])}, " in text

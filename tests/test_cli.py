@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from expkit.cli import main
+from expkit.core.errors import ExpkitError
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = ROOT / "manifests" / "examples" / "cpu"
@@ -69,3 +70,211 @@ def test_report_rerenders_identically(tmp_path):
     (out / "report.md").unlink()
     assert main(["report", str(out)]) == 0
     assert (out / "report.md").read_text() == before
+
+
+# --- a command line that behaves (issue 16) -------------------------------------------------
+
+
+def test_options_and_overrides_in_any_order(tmp_path, monkeypatch):
+    from expkit import api
+
+    seen = []
+    monkeypatch.setattr(api, "run", lambda path, **kw: seen.append((path, kw)) or (_ for _ in ()).throw(
+        KeyboardInterrupt()))
+    for argv in (["run", "m.yaml", "--out", "D", "measure=quick", "seed=1"],
+                 ["run", "--out", "D", "measure=quick", "m.yaml", "--quiet", "seed=1"],
+                 ["run", "measure=quick", "seed=1", "m.yaml", "--out", "D"]):
+        assert main(argv) == 130
+    assert [(p, kw["out"], kw["overrides"]) for p, kw in seen] == [("m.yaml", Path("D"), ["measure=quick", "seed=1"])] * 3
+
+
+def test_run_with_options_before_the_overrides_really_runs(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main(["run", str(CPU / "wrong-kernel.yaml"), "--out", str(out), "--quiet", "measure=quick"]) == 3
+    assert json.loads((out / "result.json").read_text())["settings"]["overrides"] == ["measure=quick"]
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "INVALID: wrong-kernel (exit 3)" and printed[-1] == f"  report: {out / 'report.md'}"
+
+
+def test_version(capsys):
+    from expkit import __version__
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"expkit {__version__}"
+
+
+@pytest.mark.parametrize("argv,words", [
+    ([], "expkit: give a command: run, validate"),
+    (["rnu"], "expkit: unknown command 'rnu' (did you mean `run`?)"),
+    (["run", "m.yaml", "--bogus"], "expkit run: unrecognized arguments: --bogus (see `expkit run --help`)"),
+    (["compare", "a"], "expkit compare: the following arguments are required: b"),
+    (["--nope"], "expkit: unrecognized arguments: --nope"),
+])
+def test_usage_errors_are_one_line_exit_2(capsys, argv, words):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err and "usage:" not in err
+
+
+def test_schema_prints_the_shipped_schema(tmp_path, capsys):
+    from expkit.manifest.json_schema import shipped
+
+    assert main(["schema"]) == 0
+    assert capsys.readouterr().out == shipped()
+    assert main(["schema", "--out", str(tmp_path / "s.json")]) == 0
+    assert (tmp_path / "s.json").read_text() == shipped()
+
+
+# --- no traceback, ever (issue 19): one boundary, one line, the details in a file --------------
+
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("__str__ failed")
+
+
+def _exceptions():
+    import torch
+
+    from expkit.core.errors import ManifestError, OutOfMemoryPlan
+
+    return [
+        (RuntimeError("boom"), 6),
+        (KeyError("missing"), 6),
+        (MemoryError(), 6),
+        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore text"), 6),
+        (SystemExit(3), 6),
+        (Unprintable(), 6),
+        (ManifestError("m.yaml", "claim.speedup", "must be > 0", "write 1.5"), 2),
+        (ExpkitError("several\nlines"), 2),
+        (OutOfMemoryPlan("m.yaml: case big", "cuda:0", 40 * 2**30, 12 * 2**30, "halve batch_size"), 5),
+        (KeyboardInterrupt(), 130),
+    ]
+
+
+#: Where each stage is entered during `expkit run` (module, attribute), patched to raise: before
+#: any worker starts, then once the workers run (the runner closes them on the way out). The
+#: runner is being rewritten (issue 19): keep these to names it reaches through.
+RUN_STAGES = [
+    ("expkit.api", "prepare"),
+    ("expkit.runner", "load_manifest"),
+    ("expkit.runner", "load_settings"),
+]
+RUN_STAGES_WITH_WORKERS = [
+    ("expkit.bench.environment", "capture"),
+]
+#: Other commands, with the library function each calls.
+COMMAND_STAGES = [
+    (["report", "{run}"], "expkit.report.run_report", "write"),
+    (["session", "{run}"], "expkit.report.session", "render_session"),
+    (["compare", "{run}", "{run}"], "expkit.report.compare", "compare"),
+    (["validate", "{manifest}"], "expkit.manifest.spec", "load"),
+    (["schema"], "expkit.manifest.json_schema", "render"),
+    (["doctor"], "expkit.cli.doctor", "diagnose"),
+]
+
+
+def _check_one_line(capsys, code, expected, folder=None):
+    captured = capsys.readouterr()
+    err = captured.err
+    assert code == expected, err
+    assert err.count("\n") == 1 and "Traceback" not in err + captured.out, err
+    if expected == 6:
+        assert " failed in " in err and "(exit 6: a failure of expkit or its environment, not a verdict)" in err
+        path = Path(err.split("traceback in ")[1].split(" (exit")[0])
+        assert path.is_file() and "Traceback (most recent call last)" in path.read_text()
+        if folder is not None:
+            assert path == folder / "error.txt"
+    if expected == 130:
+        assert err == "interrupted\n"
+    return err
+
+
+@pytest.mark.parametrize("module,attr", RUN_STAGES)
+@pytest.mark.parametrize("exc,expected", _exceptions(), ids=lambda x: type(x).__name__ if isinstance(x, BaseException) else None)
+def test_any_exception_in_a_run_stage_is_one_line(tmp_path, capsys, monkeypatch, module, attr, exc, expected):
+    def boom(*a, **k):
+        raise exc
+    monkeypatch.setattr(f"{module}.{attr}", boom)
+    out = tmp_path / "o"
+    code = main(["run", str(CPU / "honest-win.yaml"), "--out", str(out), "--quiet", "measure=quick"])
+    _check_one_line(capsys, code, expected, folder=out)
+
+
+@pytest.mark.parametrize("module,attr", RUN_STAGES_WITH_WORKERS)
+@pytest.mark.parametrize("exc,expected", [_exceptions()[0], _exceptions()[-2], _exceptions()[-1]])
+def test_any_exception_once_the_workers_run_is_one_line(tmp_path, capsys, monkeypatch, module, attr, exc, expected):
+    def boom(*a, **k):
+        raise exc
+    monkeypatch.setattr(f"{module}.{attr}", boom)
+    out = tmp_path / "o"
+    code = main(["run", str(CPU / "honest-win.yaml"), "--out", str(out), "--quiet", "measure=quick"])
+    _check_one_line(capsys, code, expected, folder=out)
+
+
+@pytest.mark.parametrize("argv,module,attr", COMMAND_STAGES)
+@pytest.mark.parametrize("exc,expected", _exceptions()[:3] + _exceptions()[-2:])
+def test_any_exception_in_another_command_is_one_line(tmp_path, capsys, monkeypatch, argv, module, attr, exc,
+                                                        expected):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "data" / "results" / "session" / "honest-win", run)
+
+    def boom(*a, **k):
+        raise exc
+    monkeypatch.setattr(f"{module}.{attr}", boom)
+    code = main([a.format(run=run, manifest=CPU / "honest-win.yaml") for a in argv])
+    if argv[0] == "validate" and isinstance(exc, ExpkitError):
+        expected = 2  # validate reports every manifest's problem and exits 2 for any of them
+    folder = run if argv[0] in ("report", "session") else None
+    _check_one_line(capsys, code, expected, folder=folder)
+
+
+def test_the_line_names_the_stage_and_where_it_was_raised(tmp_path, capsys, monkeypatch):
+    import torch
+
+    def deep(*a, **k):  # as if raised inside torch, called from the bench
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    code = compile("def open_session(*a, **k):\n    return deep()\n", str(ROOT / "expkit" / "bench" / "sessions.py"),
+                   "exec")
+    ns = {"deep": deep}
+    exec(code, ns)
+    monkeypatch.setattr("expkit.runner.load_settings", ns["open_session"])
+    err = _check_one_line(capsys, main(["run", str(CPU / "honest-win.yaml"), "--out", str(tmp_path / "o"),
+                                        "--quiet"]), 6, folder=tmp_path / "o")
+    assert err.startswith("error: expkit run failed in the bench (worker process and channel) "
+                          "(expkit/bench/sessions.py:2 in open_session), raised at ")
+    assert "test_cli.py" in err and "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB;" in err
+
+
+def test_details_go_to_a_temporary_file_when_the_command_has_no_folder(capsys, monkeypatch):
+    monkeypatch.setattr("expkit.manifest.json_schema.render", lambda: 1 / 0)
+    err = _check_one_line(capsys, main(["schema"]), 6)
+    path = Path(err.split("traceback in ")[1].split(" (exit")[0])
+    text = path.read_text()
+    assert path.name.startswith("expkit-error-") and "command: expkit schema" in text and "ZeroDivisionError" in text
+    path.unlink()
+
+
+@pytest.mark.parametrize("candidate,tail", [
+    ("base", "raise RuntimeError('the module under test is broken')\n"),   # fails while the worker imports it
+    ("crash", ""),                                                          # kills its worker with SIGSEGV
+])
+def test_no_traceback_from_a_real_process_whose_candidate_crashes(tmp_path, candidate, tail):
+    """End to end in a fresh process: nothing a worker prints reaches the terminal."""
+    import subprocess
+    import sys
+
+    (tmp_path / "kernels.py").write_text("import ctypes\nimport torch\n"
+                                         "def inputs(p, g, d):\n    return (torch.randn(64, generator=g, device=d),)\n"
+                                         "def base(x):\n    return x * 2\n"
+                                         "def crash(x):\n    ctypes.string_at(0)\n    return x\n" + tail)
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(f"name: broken\nclaim: {{speedup: 1.0}}\nbaseline: kernels:base\n"
+                        f"candidate: kernels:{candidate}\ninputs: {{factory: kernels:inputs}}\ncases: [{{name: a}}]\n")
+    proc = subprocess.run([sys.executable, "-m", "expkit", "run", str(manifest), "--out", str(tmp_path / "o"),
+                           "measure=quick"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert "Traceback" not in proc.stderr + proc.stdout and "Fatal Python error" not in proc.stderr, proc.stderr
+    assert proc.returncode in (2, 3), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) <= 1, proc.stderr

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from expkit import compare as C
-from expkit import store
-from expkit.errors import ExpkitError
+from expkit.report import compare as C
+from expkit.report import store
+from expkit.core.errors import ExpkitError
 from golden import check
 
 DATA = Path(__file__).resolve().parent / "data" / "results"
@@ -153,3 +153,27 @@ def test_cli_compare_exit_codes_and_job_summary(here, capsys, monkeypatch):
     assert main(["compare", "a", "a", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["exit_code"] == 0
     assert main(["compare", "a", "nowhere"]) == 2
+
+
+def test_the_time_mark_comes_from_mann_whitney_and_few_samples_cannot_be_significant():
+    from scipy.stats import mannwhitneyu
+
+    rng = np.random.default_rng(3)
+    a = [1e-3 * rng.lognormal(0, 0.02, n) for n in (40, 40)]
+    b = [1e-3 * rng.lognormal(0, 0.02, 40), 1.3e-3 * rng.lognormal(0, 0.02, 40)]
+    t, _ = C.compare_samples(a[0], a[1], b[0], b[1], confidence=0.99, min_effect=0.05, resamples=400, seed=0)
+    assert t.mark == C.WORSE
+    assert t.p_value == pytest.approx(mannwhitneyu(b[1], a[1], alternative="two-sided").pvalue)
+    # 30% slower on three samples a side: the rank test cannot reach p < 0.01, so it cannot tell
+    t, _ = C.compare_samples(a[0][:3], a[1][:3], b[0][:3], b[1][:3], confidence=0.99, min_effect=0.05,
+                             resamples=400, seed=0)
+    assert t.mark == C.UNSURE and t.p_value > 0.01
+
+
+def test_a_rank_shift_against_the_medians_is_not_called():
+    # B's median is 10% higher, yet B's samples are mostly the faster (U / (n_A n_B) = 0.30):
+    # the test and the medians disagree about the direction, so the row cannot say.
+    a = np.array([1.0] * 6 + [10.0] * 5) * 1e-3
+    b = np.array([1.1] * 6 + [0.5] * 5) * 1e-3
+    t, _ = C.compare_samples(a, a, a, b, confidence=0.5, min_effect=0.0, resamples=200, seed=0)
+    assert t.ratio == pytest.approx(1.1) and t.p_value < 0.5 and t.mark == C.UNSURE

@@ -6,14 +6,16 @@ in order (a command starts when the host has launched it, plus a latency, and it
 stream is free), events that take the time at which their stream reaches them, a
 bounded launch queue (the host stalls when it is full), and an L2 that is cold after
 a flush. Everything is deterministic, so each expectation below is exact up to the
-model's latencies.
+model's latencies. ``FakeRecorder`` records the model's kernels as a CUPTI recorder
+would: each with the tag on top of the (per-thread) stack when it was launched.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from expkit.cuda_timer import CudaTimer, split_calls
+from expkit.timing import kernel_time as kt
+from expkit.timing.cuda_timer import CudaTimer, split_calls
 from expkit.timing import Timer, calibrate
 
 US = 1e-6
@@ -25,7 +27,7 @@ class FakeEvent:
         self.ts: float | None = None
 
     def record(self) -> None:
-        self.ts = self.gpu.enqueue("main", 0.0, self.gpu.record_s)
+        self.ts = self.gpu.enqueue("main", 0.0, self.gpu.record_s, kernel=False)
 
     def query(self) -> bool:
         assert self.ts is not None
@@ -62,20 +64,24 @@ class FakeGpu:
         self.l2_bytes = 50 * 2**20
         self.flushes = 0
         self.holds: list[float] = []
+        self.recorder: "FakeRecorder | None" = None
 
     # the Device seam
     def clock(self) -> float:
         return self.host
 
-    def enqueue(self, stream: str, duration: float, host_cost: float) -> float:
+    def enqueue(self, stream: str, duration: float, host_cost: float, *, kernel: bool = True,
+                untagged: bool = False) -> float:
         pending = sorted(t for t in self.done_times if t > self.host)
         if len(pending) >= self.queue_depth:  # launch queue full: wait for a slot
             self.host = pending[len(pending) - self.queue_depth]
         self.host += host_cost
-        start = max(self.host + self.latency_s, self.free[stream])
+        start = max(self.host + self.latency_s, self.free.get(stream, 0.0))
         end = start + duration
         self.free[stream] = end
         self.done_times.append(end)
+        if kernel and self.recorder is not None:
+            self.recorder.saw(stream, start, end, untagged)
         return end
 
     def new_event(self) -> FakeEvent:
@@ -106,6 +112,59 @@ class FakeGpu:
             self.enqueue(stream, d, self.launch_s)
 
         return fn
+
+
+class FakeRecorder:
+    """A :class:`~expkit.timing.kernel_time.Recorder` over ``FakeGpu``'s kernels.
+
+    ``tick_rate`` is the true rate of its timestamps; ``claimed`` what it reports
+    until ``recalibrate`` (a Kineto timestamp callback left behind: 2.1e9 true, 1e9
+    claimed). ``fail_start`` makes ``start`` raise; ``silent`` returns no records at
+    all (a recorder another profiler took over); ``blind``: measuring again does not see
+    the ticks change."""
+
+    def __init__(self, gpu: FakeGpu, *, tick_rate: float = 1e9, claimed: float | None = None,
+                 fail_start: bool = False, silent: bool = False, blind: bool = False) -> None:
+        self.gpu, self.tick_rate = gpu, tick_rate
+        self.ticks_per_second = claimed or tick_rate
+        self.fail_start, self.silent, self.blind = fail_start, silent, blind
+        self.stack: list[int] = []
+        self.records: list[kt.GpuRecord] = []
+        self.collecting = False
+        self.starts = self.recalibrations = 0
+        gpu.recorder = self
+
+    def saw(self, stream: str, start: float, end: float, untagged: bool) -> None:
+        if not self.collecting:
+            return
+        tag = None if (untagged or not self.stack) else self.stack[-1]
+        t = lambda x: int(round((x + 1.0) * self.tick_rate))  # noqa: E731
+        self.records.append(kt.GpuRecord("kernel", tag, t(start), t(end), {"main": 7}.get(stream, 9), 0))
+
+    def start(self) -> None:
+        if self.fail_start:
+            raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+        self.starts += 1
+        self.records, self.collecting = [], True
+
+    def push(self, tag: int) -> None:
+        self.stack.append(tag)
+
+    def pop(self) -> None:
+        self.stack.pop()
+
+    def stop(self) -> kt.Recorded:
+        self.collecting = False
+        return kt.Recorded(() if self.silent else tuple(self.records), self.ticks_per_second, 1e-3)
+
+    def recalibrate(self) -> float:
+        self.recalibrations += 1
+        if not self.blind:
+            self.ticks_per_second = self.tick_rate
+        return self.ticks_per_second
+
+    def describe(self) -> str:
+        return "fake recorder"
 
 
 def make(gpu: FakeGpu, **kw) -> CudaTimer:
@@ -246,25 +305,167 @@ def test_available_is_false_without_cuda(monkeypatch):
 
 
 def test_modules_import_and_answer_without_torch():
-    # Loaded by path with torch made unimportable: neither module needs torch (nor
-    # anything else heavy) at import, and available() answers False instead of raising.
+    # In a fresh interpreter with torch (and cupti) made unimportable: none of the
+    # timing modules needs them at import, available() answers False instead of
+    # raising, and the recorder says why it cannot run.
     import subprocess
     import sys
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent / "expkit"
-    code = f"""
-import importlib.util, sys
+    code = """
+import sys
 sys.modules["torch"] = None
-mods = {{}}
-for name in ("cuda_timer", "telemetry"):
-    spec = importlib.util.spec_from_file_location("leaf_" + name, r"{root}/" + name + ".py")
-    m = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = m
-    spec.loader.exec_module(m)
-    mods[name] = m
-print(mods["cuda_timer"].CudaTimer.available())
+sys.modules["cupti"] = None
+from expkit.timing import cuda_timer, cuda_device, telemetry, kernel_time, cupti_recorder, factory, per_call
+print(cuda_timer.CudaTimer.available())
+try:
+    cupti_recorder.open_recorder()
+except kernel_time.RecorderUnavailable as e:
+    print("unavailable:", e)
+assert "torch" not in [m for m in sys.modules if sys.modules[m] is not None]
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "False"
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == "False"
+    assert lines[1].startswith("unavailable: ") and "cupti" in lines[1]
+
+
+# -- kernel time ---------------------------------------------------------------------------------
+def test_kernel_time_leaves_out_the_event_latency_cold_and_warm():
+    # A 2 us kernel: the events add the launch latency (3 us in the model) cold; the
+    # recorder's span is the kernel alone, and the event figure is kept beside it.
+    for cold in (True, False):
+        gpu = FakeGpu()
+        t = make(gpu, cold=cold, recorder=FakeRecorder(gpu))
+        per_call = t.sample(gpu.op(warm_s=2 * US, host_s=5 * US), 40)
+        lt = t.last_timing
+        assert lt.source == "kernel" and lt.flags == ()
+        assert per_call == pytest.approx(2 * US, rel=1e-6)
+        assert lt.kernel_seconds == per_call and lt.call_seconds > per_call
+        assert len(t.last_kernel_times) == 40
+        assert t.info.kind == "kernel" and t.info.requested == "kernel" and "fake recorder" in t.method
+
+
+def test_kernel_time_sees_the_cold_time_and_never_the_flush_or_the_hook():
+    from expkit.timing.per_call import HookedDevice
+
+    gpu = FakeGpu()
+    hook = lambda: gpu.enqueue("main", 40 * US, gpu.launch_s)  # noqa: E731  (the salt: GPU work per call)
+    t = CudaTimer(device=HookedDevice(gpu, hook), clock=gpu.clock, cold=True, recorder=FakeRecorder(gpu))
+    per_call = t.sample(gpu.op(warm_s=4 * US, cold_s=9 * US), 16)
+    assert t.last_timing.source == "kernel"
+    assert per_call == pytest.approx(9 * US, rel=1e-6)  # not the 30 us flush, not the 40 us hook
+
+
+def test_gaps_inside_a_call_count_and_launch_latency_does_not():
+    gpu = FakeGpu()
+
+    def two_kernels() -> None:  # 3 us, then 5 us, launched back to back
+        gpu.enqueue("main", 3 * US, gpu.launch_s)
+        gpu.enqueue("main", 5 * US, gpu.launch_s)
+
+    t = make(gpu, cold=True, recorder=FakeRecorder(gpu))
+    per_call = t.sample(two_kernels, 8)
+    # held: the second kernel starts when the first ends; the first's latency is outside
+    assert per_call == pytest.approx(8 * US, rel=1e-6)
+    gpu2 = FakeGpu()
+
+    def gap() -> None:  # the second kernel waits for the host: 30 us of host work between them
+        gpu2.enqueue("main", 3 * US, gpu2.launch_s)
+        gpu2.host += 30 * US
+        gpu2.enqueue("main", 5 * US, gpu2.launch_s)
+
+    t2 = CudaTimer(device=gpu2, clock=gpu2.clock, cold=False, recorder=FakeRecorder(gpu2), max_calls_per_hold=1)
+    t2._queue_per_call_s = 0.0
+    t2.hold_floor_s = 0.0
+    t2.hold_margin = 1.0
+    t2.max_attempts = 0
+    per_call = t2.sample(gap, 1)
+    assert per_call > 30 * US  # the GPU idled inside the call: the caller pays for it
+
+
+def test_a_side_stream_cannot_shorten_the_kernel_time():
+    gpu = FakeGpu()
+    for cold in (True, False):
+        t = make(gpu, cold=cold, recorder=FakeRecorder(gpu))
+        per_call = t.sample(gpu.op(warm_s=500 * US, stream="side"), 10)
+        assert per_call >= 500 * US
+        assert "other-stream" in t.last_timing.flags
+        assert t.last_kernel_times and min(t.last_kernel_times) >= 500 * US
+
+
+def test_foreign_records_fall_back_to_the_host_envelope():
+    gpu = FakeGpu()
+
+    def with_stranger() -> None:  # another thread's kernel, launched under no tag
+        gpu.enqueue("other", 200 * US, 0.0, untagged=True)
+        gpu.enqueue("main", 5 * US, gpu.launch_s)
+
+    t = make(gpu, cold=True, recorder=FakeRecorder(gpu))
+    per_call = t.sample(with_stranger, 4)
+    assert t.last_timing.source == "envelope" and "foreign" in t.last_timing.flags
+    assert t.last_block.foreign_work and per_call >= 5 * US
+
+
+def test_a_call_without_records_falls_back_to_its_event_time():
+    gpu = FakeGpu()
+    calls = {"n": 0}
+
+    def sometimes_nothing() -> None:
+        calls["n"] += 1
+        if calls["n"] % 3:
+            gpu.enqueue("main", 5 * US, gpu.launch_s)
+        else:
+            gpu.host += 5 * US  # a call that launched nothing: no kernel time, not zero
+
+    t = make(gpu, cold=True, recorder=FakeRecorder(gpu))
+    per_call = t.sample(sometimes_nothing, 6)
+    assert t.last_timing.source == "events" and "unrecorded" in t.last_timing.flags
+    assert per_call == t.last_timing.call_seconds and t.last_timing.kernel_seconds is None
+
+
+def test_ticks_of_another_clock_are_measured_again():
+    gpu = FakeGpu()
+    rec = FakeRecorder(gpu, tick_rate=2.1e9, claimed=1e9)
+    t = make(gpu, cold=True, recorder=rec)
+    per_call = t.sample(gpu.op(warm_s=7 * US), 8)
+    assert rec.recalibrations == 1 and t.last_timing.source == "kernel"
+    assert per_call == pytest.approx(7 * US, rel=1e-6)
+    t.sample(gpu.op(warm_s=7 * US), 8)
+    assert rec.recalibrations == 1  # measured once, right since
+
+
+def test_a_failing_recorder_costs_blocks_their_kernel_time_then_is_dropped():
+    for rec_kw in ({"fail_start": True}, {"silent": True}):
+        gpu = FakeGpu()
+        t = make(gpu, cold=True, recorder=FakeRecorder(gpu, **rec_kw))
+        for _ in range(2):
+            per_call = t.sample(gpu.op(warm_s=5 * US), 4)
+            assert t.last_timing.source == "events" and per_call == t.last_timing.call_seconds
+            assert t.info.kind == "kernel"
+        t.sample(gpu.op(warm_s=5 * US), 4)
+        assert t.info.kind == "events" and t.info.fallback.startswith("CUPTI stopped recording")
+        assert "kernel time was asked for" in t.method
+        t.sample(gpu.op(warm_s=5 * US), 4)  # no recorder any more: plain events, no flags
+        assert t.last_timing.flags == ()
+
+
+def test_retried_holds_keep_their_own_tags():
+    gpu = FakeGpu()
+    rec = FakeRecorder(gpu)
+    t = make(gpu, cold=False, recorder=rec)
+    t._queue_per_call_s = 0.1 * US  # a badly wrong first guess: the first hold is retried
+    per_call = t.sample(gpu.op(warm_s=2 * US, host_s=20 * US), 50)
+    assert t.last_block.attempts == 2 and t.last_timing.source == "kernel"
+    assert per_call == pytest.approx(2 * US, rel=1e-6)
+
+
+def test_ticks_come_from_the_holds_when_measuring_again_cannot_see_them():
+    gpu = FakeGpu()
+    rec = FakeRecorder(gpu, tick_rate=2.1e9, claimed=1e9, blind=True)
+    t = make(gpu, cold=True, recorder=rec)
+    per_call = t.sample(gpu.op(warm_s=7 * US), 64)  # holds of milliseconds
+    assert t.last_timing.source == "kernel" and "clock-from-hold" in t.last_timing.flags
+    assert per_call == pytest.approx(7 * US, rel=0.005)
+    t.sample(gpu.op(warm_s=7 * US), 4)  # a short hold: the ticks found before are tried first
+    assert t.last_timing.source == "kernel" and t.last_timing.flags == ()

@@ -13,11 +13,17 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from expkit import end_to_end as e2e
-from expkit.end_to_end import (AS_PREDICTED, BELOW, LARGER_GAIN, MICRO_WIN_E2E_LOSS, RUN_LABEL, SMALLER_GAIN,
-                               Interval, amdahl, compare, compile_stats, predict, summarize_trace)
+from expkit.bench.in_process import collect_in_process as collect
+from expkit.workload.collect import WallTimer, isolation_findings
+from expkit.workload.compile import compile_stats, dynamo_snapshot
+from expkit.workload.judge import EndToEndResult, apply, judge
+from expkit.workload.prediction import (AS_PREDICTED, BELOW, LARGER_GAIN, MICRO_WIN_E2E_LOSS, SMALLER_GAIN, Interval,
+                                        amdahl, compare, predict)
+from expkit.workload.profile import RUN_LABEL, ProfileSummary, grown, summarize_trace
+from expkit.workload.utilisation import observe_utilisation, open_utilisation
 from expkit.manifest import load
-from expkit.settings import MeasureSettings, Settings
+from expkit.report.workload import report_context
+from expkit.manifest.settings import MeasureSettings, Settings
 from expkit.verdict import INCONCLUSIVE, INVALID, REFUTED, SUPPORTED, CaseVerdict, Verdict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,12 +113,12 @@ def test_a_loss_whose_interval_reaches_one_is_not_called_a_loss():
 
 def _result(word, agreement=None):
     judged = CaseVerdict("decode", word, 1.0, 0.9, f"workload interval says {word}")
-    return e2e.EndToEndResult("decode", "c", judged=judged, agreement=agreement)
+    return EndToEndResult("decode", "c", judged=judged, agreement=agreement)
 
 
 def test_a_refuted_workload_refutes_a_supported_kernel_and_says_so_first():
     v = Verdict(SUPPORTED, ("speedup [case c]: fine",))
-    out = e2e.apply(v, _result(REFUTED, compare(_pred(), Interval(0.6, 0.58, 0.63))))
+    out = apply(v, _result(REFUTED, compare(_pred(), Interval(0.6, 0.58, 0.63))))
     assert out.verdict == REFUTED
     assert out.reasons[0].startswith("end_to_end [workload decode] (micro win, end-to-end loss)")
     assert "speedup [case c]: fine" in out.reasons
@@ -122,12 +128,12 @@ def test_a_refuted_workload_refutes_a_supported_kernel_and_says_so_first():
     (SUPPORTED, SUPPORTED, SUPPORTED), (SUPPORTED, INCONCLUSIVE, INCONCLUSIVE), (INCONCLUSIVE, REFUTED, REFUTED),
     (REFUTED, SUPPORTED, REFUTED), (INVALID, REFUTED, INVALID)])
 def test_verdicts_combine_worst_first(micro, workload, want):
-    assert e2e.apply(Verdict(micro, ("r",)), _result(workload)).verdict == want
+    assert apply(Verdict(micro, ("r",)), _result(workload)).verdict == want
 
 
 def test_without_a_claim_on_the_workload_the_verdict_is_untouched():
     v = Verdict(SUPPORTED, ("r",))
-    assert e2e.apply(v, e2e.EndToEndResult("decode", "c")) is v
+    assert apply(v, EndToEndResult("decode", "c")) is v
 
 
 # --- evidence: profiles ------------------------------------------------------------------
@@ -201,9 +207,9 @@ def test_gpu_share_by_kernel_name_where_no_op_is_recorded():
 def test_grown_lists_what_the_candidate_added():
     base = summarize_trace(_gpu_trace(graph=True), steps=1)
     cand = summarize_trace(_gpu_trace(graph=False), steps=1)
-    slower = e2e.ProfileSummary(**{**cand.__dict__, "op_self_us": {**cand.op_self_us, "aten::copy_": 500.0},
+    slower = ProfileSummary(**{**cand.__dict__, "op_self_us": {**cand.op_self_us, "aten::copy_": 500.0},
                                    "op_counts": {**cand.op_counts, "aten::copy_": 2.0}})
-    rows = e2e.grown(base, slower)
+    rows = grown(base, slower)
     assert rows[0].name == "aten::copy_" and rows[0].grew_us == 500 and rows[0].candidate_per_step == 2
 
 
@@ -236,20 +242,20 @@ def test_nothing_compiled_reads_as_not_compiled():
 
 
 def _summary(ops_per_step, counts):
-    return e2e.ProfileSummary(runs=1, steps=1, wall_us=(1.0,), shares=(), matched=(), ops_per_step=ops_per_step,
+    return ProfileSummary(runs=1, steps=1, wall_us=(1.0,), shares=(), matched=(), ops_per_step=ops_per_step,
                               scalar_reads_per_step=0.0, op_counts=counts)
 
 
 def test_isolation_passes_a_baseline_that_runs_as_before():
     before = _summary(100, {"Torch-Compiled Region: 0/0": 1, "aten::mm": 4})
-    found = e2e.isolation_findings(before, _summary(102, dict(before.op_counts)), "w")
+    found = isolation_findings(before, _summary(102, dict(before.op_counts)), "w")
     assert [f.ok for f in found] == [True]
 
 
 def test_isolation_catches_a_baseline_that_lost_its_compiled_frame():
     before = _summary(100, {"Torch-Compiled Region: 0/0": 1})
     after = _summary(160, {"Torch-Compiled Region: 1/0": 4, "Torch-Compiled Region: 2/0": 4})
-    (f,) = e2e.isolation_findings(before, after, "w")
+    (f,) = isolation_findings(before, after, "w")
     assert not f.ok and f.invalidates and "0/0" in f.message and "1/0" in f.message and "own copy" in f.message
 
 
@@ -286,26 +292,26 @@ class FakeNvml:
 
 def test_utilisation_is_sampled_while_the_workload_runs():
     nv = FakeNvml([90.0, 80.0, 70.0])
-    sampler = e2e.open_utilisation(0, nvml=nv, period_s=1000.0)  # the thread samples once, then stop() once
+    sampler = open_utilisation(0, nvml=nv, period_s=1000.0)  # the thread samples once, then stop() once
     calls = []
     clock = iter(range(100)).__next__
-    u = e2e.observe_utilisation(lambda: calls.append(1), 3, sampler, clock=lambda: float(clock()))
+    u = observe_utilisation(lambda: calls.append(1), 3, sampler, clock=lambda: float(clock()))
     sampler.close()
     assert u.samples == 2 and u.mean == pytest.approx(85.0) and u.low == 80.0 and u.high == 90.0
     assert u.runs == len(calls) >= 1 and u.missing is None and nv.shutdowns == 1
 
 
 def test_no_nvml_gives_the_reason_not_a_number():
-    reason = e2e.open_utilisation(0, nvml=FakeNvml([], fail_init=True))
+    reason = open_utilisation(0, nvml=FakeNvml([], fail_init=True))
     assert isinstance(reason, str) and "Driver Not Loaded" in reason
-    u = e2e.observe_utilisation(lambda: None, 1.0, reason)
+    u = observe_utilisation(lambda: None, 1.0, reason)
     assert u.mean is None and "Driver Not Loaded" in u.missing
 
 
 def test_wall_timer_drains_the_device_around_the_block():
     ticks = iter([0.0, 2.0]).__next__
     syncs = []
-    t = e2e.WallTimer(sync=lambda: syncs.append(1), clock=ticks)
+    t = WallTimer(sync=lambda: syncs.append(1), clock=ticks)
     assert t.sample(lambda: None, 4) == pytest.approx(0.5) and len(syncs) == 2
 
 
@@ -315,7 +321,7 @@ def test_wall_timer_drains_the_device_around_the_block():
 def _tiny_manifest(tmp_path: Path, candidate: str, *, must_run=("tiny::fast",)) -> Path:
     (tmp_path / "tiny_e2e.py").write_text(textwrap.dedent('''
         import torch
-        from expkit.end_to_end import Workload
+        from expkit import Workload
 
         @torch.library.custom_op("tiny::slow", mutates_args=())
         def slow(x: torch.Tensor) -> torch.Tensor:
@@ -369,11 +375,11 @@ FAST = Settings(measure=MeasureSettings(warmup_seconds=0.0, min_rounds=3, min_se
 def test_collect_then_judge_a_tiny_workload(tmp_path):
     lm = load(_tiny_manifest(tmp_path, "fast"))
     sys.modules.pop("tiny_e2e", None)
-    from expkit.refs import resolve
+    from expkit.manifest.refs import resolve
 
     base = resolve("tiny_e2e:slow", lm.folder, manifest_path=lm.path, key="baseline")
     cand = resolve("tiny_e2e:fast", lm.folder, manifest_path=lm.path, key="candidate")
-    got = e2e.collect(lm, base, cand, device="cpu", settings=FAST, run_seed=1)
+    got = collect(lm, base, cand, device="cpu", settings=FAST, run_seed=1)
     json.dumps(got)  # crosses the worker's channel as JSON
     assert got["skipped"] is None and got["samples"]["baseline"] and got["samples"]["candidate"]
     assert got["share"] is not None and 0 < got["share"]["value"] <= 1
@@ -382,51 +388,51 @@ def test_collect_then_judge_a_tiny_workload(tmp_path):
     assert got["evidence"]["baseline"]["profile"]["matched"] == ["tiny::slow"]
     assert got["evidence"]["candidate"]["steps"] == 3
     micro = SimpleNamespace(speedup=2.0, ci_low=1.8, ci_high=2.2)
-    r = e2e.judge(lm, got, {"c": micro}, FAST, seed=1)
+    r = judge(lm, got, {"c": micro}, FAST, seed=1)
     assert r.estimate is not None and r.prediction is not None and r.agreement is not None
     assert r.prediction.share_source == "profile" and r.judged is not None
     block = r.to_dict()
     assert block["measured"]["speedup"] == r.estimate.speedup and block["prediction"]["micro"]["value"] == 2.0
-    ctx = e2e.report_context({"end_to_end": block, "measured": {"confidence": 0.95}})
+    ctx = report_context({"end_to_end": block, "measured": {"confidence": 0.95}})
     assert ctx["rows"] and ctx["why"]
 
 
 def test_a_workload_with_the_wrong_answer_is_invalid_and_not_timed(tmp_path):
     lm = load(_tiny_manifest(tmp_path, "wrong", must_run=("tiny::wrong",)))
     sys.modules.pop("tiny_e2e", None)
-    from expkit.refs import resolve
+    from expkit.manifest.refs import resolve
 
     base = resolve("tiny_e2e:slow", lm.folder, manifest_path=lm.path, key="baseline")
     cand = resolve("tiny_e2e:wrong", lm.folder, manifest_path=lm.path, key="candidate")
-    got = e2e.collect(lm, base, cand, device="cpu", settings=FAST, run_seed=1)
+    got = collect(lm, base, cand, device="cpu", settings=FAST, run_seed=1)
     assert got["skipped"] and "samples" not in got
     bad = [f for f in got["findings"] if not f["ok"]]
     assert bad and bad[0]["check"] == "end_to_end:oracle:allclose" and bad[0]["severity"] == "invalid"
-    assert e2e.judge(lm, got, {}, FAST).estimate is None
+    assert judge(lm, got, {}, FAST).estimate is None
 
 
 def test_a_workload_that_never_runs_the_candidate_is_invalid(tmp_path):
     lm = load(_tiny_manifest(tmp_path, "fast", must_run=("tiny::nowhere",)))
     sys.modules.pop("tiny_e2e", None)
-    from expkit.refs import resolve
+    from expkit.manifest.refs import resolve
 
     base = resolve("tiny_e2e:slow", lm.folder, manifest_path=lm.path, key="baseline")
     cand = resolve("tiny_e2e:fast", lm.folder, manifest_path=lm.path, key="candidate")
-    got = e2e.collect(lm, base, cand, device="cpu", settings=FAST, run_seed=1)
+    got = collect(lm, base, cand, device="cpu", settings=FAST, run_seed=1)
     ident = [f for f in got["findings"] if f["check"] == "end_to_end:identity"]
     assert ident and not ident[0]["ok"] and "tiny::nowhere" in ident[0]["message"] and got["skipped"]
 
 
 def test_a_skipped_block_is_recorded_with_its_reason(tmp_path):
     lm = load(_tiny_manifest(tmp_path, "fast"))
-    r = e2e.judge(lm, None, {}, FAST, skip="the run is already invalid (oracle)")
+    r = judge(lm, None, {}, FAST, skip="the run is already invalid (oracle)")
     assert r.to_dict()["skipped"] == "the run is already invalid (oracle)" and not r.refutes
 
 
 def test_manifest_rejects_an_unknown_case_for_the_prediction(tmp_path):
     path = _tiny_manifest(tmp_path, "fast")
     path.write_text(path.read_text().replace("name: loop", "name: loop\n  case: nope"))
-    from expkit.errors import ManifestError
+    from expkit.core.errors import ManifestError
 
     with pytest.raises(ManifestError, match="end_to_end.case"):
         load(path)
@@ -459,12 +465,12 @@ def test_gpu_decoder_structure_on_cpu_shows_the_compiled_path_breaking():
                   dtype="float32", compile_mode="default", compile_backend="eager")
     stats, outs = {}, {}
     for side, op in (("baseline", sdpa), ("candidate", opaque)):
-        before = e2e._dynamo_snapshot()
+        before = dynamo_snapshot()
         wl = decoder.decoder(op, side, params, torch.Generator().manual_seed(0), "cpu")
         wl.run()
-        first = e2e._dynamo_snapshot()
+        first = dynamo_snapshot()
         outs[side] = wl.run()
-        stats[side] = compile_stats(before, first, e2e._dynamo_snapshot(), 0.0)
+        stats[side] = compile_stats(before, first, dynamo_snapshot(), 0.0)
     assert outs["baseline"].shape == (3, 1, 64)
     torch.testing.assert_close(outs["candidate"], outs["baseline"], rtol=1e-4, atol=1e-5)
     assert stats["baseline"].graph_breaks == 0 and stats["baseline"].fallbacks == 0

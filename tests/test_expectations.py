@@ -1,4 +1,4 @@
-"""expkit.expectations: each check passes on the right trace and fails, with a message
+"""expkit.checks.expectations: each check passes on the right trace and fails, with a message
 naming expected and observed, on the wrong one.
 
 GPU cases read the real H100 traces in tests/data/traces/ (see test_trace.py); CPU
@@ -13,11 +13,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from expkit.errors import ExpkitError
-from expkit.expectations import (Finding, baseline_fingerprint, check_expectations, matches_kernel,
+from expkit.core.errors import ExpkitError
+from expkit.checks.expectations import (Finding, baseline_fingerprint, check_expectations, matches_kernel,
                                  matches_op)
 from expkit.manifest import Expect, LaunchExpect
-from expkit.trace import KernelEvent, OpEvent, Trace, capture, parse_chrome_trace
+from expkit.checks.trace import KernelEvent, OpEvent, Trace, capture, parse_chrome_trace
 
 TRACES = Path(__file__).parent / "data" / "traces"
 

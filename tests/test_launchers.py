@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from expkit.errors import ConfigError
-from expkit.launchers import LocalLauncher, SubmititLauncher, make_launcher
-from expkit.settings import LauncherSettings, load_settings
-from expkit.suite import run_suite
+from expkit.core.errors import ConfigError
+from expkit.suites.launchers import LocalLauncher, SubmititLauncher, make_launcher
+from expkit.manifest.settings import LauncherSettings, load_settings
+from expkit.suites.suite import run_suite
 
 SUITE = Path(__file__).parent / "data" / "suite"
 FAST = ["measure=quick", "measure.min_seconds=0.05", "measure.max_seconds=0.3", "measure.warmup_seconds=0.01",

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from expkit.errors import ManifestError
+from expkit.core.errors import ManifestError
 from expkit.manifest import load
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "manifests" / "examples" / "cpu"

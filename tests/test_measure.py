@@ -2,8 +2,9 @@ import random
 
 import pytest
 
-from expkit import measure, stats
-from expkit.settings import MeasureSettings
+from expkit.timing import measure
+from expkit.verdict import stats
+from expkit.manifest.settings import MeasureSettings
 from expkit.timing import PerfCounterTimer, calibrate
 
 from fakes import FakeClock, FakeOp, FakeTimer
@@ -73,7 +74,7 @@ def test_perf_counter_timer_divides_by_number():
 
 
 class BatchTimer(FakeTimer):
-    """A FakeTimer that also takes whole batches (like defences.SessionTimer)."""
+    """A FakeTimer that also takes whole batches (like bench.envelope.SessionTimer)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -106,3 +107,135 @@ def test_batches_do_not_overshoot_the_budget_by_more_than_a_round():
     assert cs.stopped == measure.STOP_BUDGET
     per_round = cs.timed_seconds / (max(x.round for x in cs.samples) + 1)
     assert cs.timed_seconds <= s.max_seconds + 2 * per_round
+
+
+class TwoFigureTimer(FakeTimer):
+    """A FakeTimer that also reports a call time 3 us above the kernel time, as the
+    CUDA timer with a kernel-time recorder does; ``batched`` answers in dicts, as
+    a worker's blocks cross the channel."""
+
+    def __init__(self, clock, batched=False, **kw):
+        super().__init__(clock, **kw)
+        self.last_timing = None
+        self.info = {"kind": "kernel", "requested": "kernel", "fallback": ""}
+        if batched:
+            self.sample_batch = lambda plan: [self._timing(fn, n).to_dict() for fn, n in plan]
+
+    def _timing(self, fn, number):
+        from expkit.timing.timer import BlockTiming
+
+        k = FakeTimer.sample(self, fn, number)
+        return BlockTiming(k, "kernel", k + 3e-6, k, ("other-stream",) if number % 2 else ())
+
+    def sample(self, fn, number):
+        self.last_timing = self._timing(fn, number)
+        return self.last_timing.seconds
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_samples_keep_both_figures_and_the_timers_info(batched):
+    clock = FakeClock()
+    cs = run(TwoFigureTimer(clock, batched=batched, seed=7), clock, 2e-5, 1e-5)
+    assert cs.samples and all(s.source == "kernel" for s in cs.samples)
+    assert all(s.call_seconds == pytest.approx(s.seconds + 3e-6) for s in cs.samples)
+    assert {s.flags for s in cs.samples} <= {"", "other-stream"}
+    assert cs.info is not None and cs.info.kind == "kernel"
+
+
+def test_a_timer_with_one_figure_leaves_the_second_empty():
+    clock = FakeClock()
+    cs = run(FakeTimer(clock, seed=8), clock, 2e-5, 1e-5)
+    assert all(s.call_seconds is None and s.source == "" and s.flags == "" for s in cs.samples)
+    assert cs.info is None
+
+
+# --- several processes: measure_replicated -------------------------------------------------
+
+from dataclasses import replace as _replace  # noqa: E402
+
+from fakes import FakeReplicate  # noqa: E402
+
+REPL = _replace(FAST, processes=3, max_seconds=3.0)
+
+
+def replicated(settings, cases=("a", "b"), process_sd=0.0, sigma=0.01, seed=0, fail=None, open_fails_at=None):
+    clock, log = FakeClock(), []
+
+    def open_replicate(r):
+        if r == open_fails_at:
+            raise OSError("worker did not start")
+        return FakeReplicate(clock, r, 2e-5, 1e-5, process_sd=process_sd, sigma=sigma, seed=seed, log=log,
+                             fail_on=(fail or {}).get(r, ""))
+
+    got = measure.measure_replicated(list(cases), open_replicate, settings, rng=random.Random(seed), clock=clock)
+    return got, log
+
+
+def test_replicates_measure_every_case_in_turn_and_always_close():
+    got, log = replicated(REPL)
+    assert log == [entry for r in range(3) for entry in
+                   (f"open {r}", f"sides {r} a", f"finish {r} a", f"sides {r} b", f"finish {r} b", f"close {r}")]
+    for name in ("a", "b"):
+        cs = got.cases[name]
+        assert cs.processes == 3 and {s.replicate for s in cs.samples} == {0, 1, 2}
+        est = measure.case_estimate(cs, confidence=0.95, resamples=500, seed=0)
+        assert len(est.processes) == 3 and est.ci_low <= 2.0 <= est.ci_high
+    assert not got.errors and got.processes == 3
+
+
+def test_each_process_gets_its_share_of_the_budget():
+    s = _replace(REPL, target_ci=1e-6, max_seconds=0.6)  # unreachable target: every process spends its share
+    got, _ = replicated(s, cases=("a",), sigma=0.2)
+    cs = got.cases["a"]
+    assert cs.stopped == measure.STOP_BUDGET and cs.budget_spent
+    for r in range(3):
+        mine = [x for x in cs.samples if x.replicate == r]
+        timed = sum(x.seconds * x.number for x in mine)
+        per_round = timed / (max(x.round for x in mine) + 1)
+        assert 0.2 <= timed <= 0.2 + 2 * per_round  # max_seconds / 3, overshoot at most a round
+
+
+def test_a_process_effect_widens_the_interval_to_cover_the_truth():
+    # 3% process effect on each side, 1% noise within: one process's interval would not cover.
+    s = _replace(REPL, processes=5, max_seconds=5.0)
+    got, _ = replicated(s, cases=("a",), process_sd=0.03, seed=4)
+    cs = got.cases["a"]
+    est = measure.case_estimate(cs, confidence=0.95, resamples=500, seed=0)
+    one = measure.case_estimate(_replace(cs, samples=tuple(x for x in cs.samples if x.replicate == 0)),
+                                confidence=0.95, resamples=500, seed=0)
+    assert est.ci_low <= 2.0 <= est.ci_high
+    assert est.relative_half_width > 3 * one.relative_half_width
+    assert est.process_spread > 0.02
+    # every process met its own target; the spread between them did not fit the total target
+    assert cs.stopped == measure.STOP_SPREAD and cs.budget_spent
+
+
+def test_one_process_through_the_replicate_loop_is_the_single_process_loop():
+    got, log = replicated(_replace(FAST, processes=1), cases=("a",))
+    cs = got.cases["a"]
+    assert cs.stopped == measure.STOP_TARGET and cs.processes == 1
+    assert log == ["open 0", "sides 0 a", "finish 0 a", "close 0"]
+    est = measure.case_estimate(cs, confidence=0.95, resamples=500, seed=0)
+    assert est.relative_half_width <= 0.011 and est.method == stats.PAIRED
+
+
+def test_a_case_that_raises_is_left_out_and_the_others_go_on():
+    got, log = replicated(REPL, fail={1: "a"})
+    assert set(got.cases) == {"b"} and "broke in replicate 1" in str(got.errors["a"])
+    assert "sides 2 a" not in log and [e for e in log if e.startswith("close")] == ["close 0", "close 1", "close 2"]
+    assert got.cases["b"].processes == 3
+
+
+def test_a_replicate_that_cannot_open_ends_the_loop_with_the_error_for_every_case():
+    got, log = replicated(REPL, open_fails_at=1)
+    assert not got.cases and set(got.errors) == {"a", "b"}
+    assert all("did not start" in str(e) for e in got.errors.values())
+    assert log[-1] == "close 0"
+
+
+def test_rounds_respect_telemetry_flags_and_drop_the_round_whole():
+    got, _ = replicated(REPL, cases=("a",))
+    cs = got.cases["a"]
+    keep = [not (s.replicate == 0 and s.round == 0 and s.side == "baseline") for s in cs.samples]
+    r0 = cs.rounds(keep)[0]
+    assert r0.dropped == 1 and len(r0.baseline) == len(r0.candidate)

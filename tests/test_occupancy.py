@@ -18,8 +18,8 @@ import random
 
 import pytest
 
-from expkit.catalog import device_props, load_catalog, lookup, match_device, reconcile
-from expkit.occupancy import LIMITERS, Occupancy, occupancy
+from expkit.manifest.catalog import device_props, load_catalog, lookup, match_device, reconcile
+from expkit.checks.occupancy import LIMITERS, Occupancy, occupancy
 
 
 def _no_cuda() -> bool:

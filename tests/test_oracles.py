@@ -1,8 +1,12 @@
 import pytest
 import torch
 
-from expkit import oracles
+from expkit.checks import oracles
 from expkit.manifest import Oracle
+
+
+def ALLCLOSE(**kw):
+    return Oracle(kind="allclose", **kw)
 
 
 def t(*v, dtype=torch.float32):
@@ -11,28 +15,28 @@ def t(*v, dtype=torch.float32):
 
 def test_allclose_passes_within_and_fails_outside_default_fp32_tolerance():
     e = t(1.0, 2.0, 3.0)
-    assert oracles.check_outputs(Oracle(), e, e + 1e-6, case="c").ok
-    f = oracles.check_outputs(Oracle(), e, e + t(0, 0, 1e-3), case="c")
+    assert oracles.check_outputs(ALLCLOSE(), e, e + 1e-6, case="c").ok
+    f = oracles.check_outputs(ALLCLOSE(), e, e + t(0, 0, 1e-3), case="c")
     assert not f.ok and "1 of 3 elements" in f.message and "index [2]" in f.message
 
 
 def test_nan_never_passes():
     e = t(1.0, 2.0)
-    f = oracles.check_outputs(Oracle(rtol=1.0, atol=1.0), e, t(1.0, float("nan")), case="c")
+    f = oracles.check_outputs(ALLCLOSE(rtol=1.0, atol=1.0), e, t(1.0, float("nan")), case="c")
     assert not f.ok and "NaN" in f.message
 
 
 def test_per_dtype_defaults():
-    assert oracles.tolerance(Oracle(), torch.bfloat16) == (1.6e-2, 1e-5)
-    assert oracles.tolerance(Oracle(rtol=0.1), torch.float16) == (0.1, 1e-5)
+    assert oracles.tolerance(ALLCLOSE(), torch.bfloat16) == (1.6e-2, 1e-5)
+    assert oracles.tolerance(ALLCLOSE(rtol=0.1), torch.float16) == (0.1, 1e-5)
     with pytest.raises(ValueError, match="state rtol and atol"):
-        oracles.tolerance(Oracle(), torch.float8_e4m3fn)
+        oracles.tolerance(ALLCLOSE(), torch.float8_e4m3fn)
 
 
 def test_shape_and_dtype_mismatch():
-    f = oracles.check_outputs(Oracle(), t(1.0, 2.0), t(1.0), case="c")
+    f = oracles.check_outputs(ALLCLOSE(), t(1.0, 2.0), t(1.0), case="c")
     assert not f.ok and "expected (2,)" in f.message
-    f = oracles.check_outputs(Oracle(), t(1.0), t(1.0, dtype=torch.float64), case="c")
+    f = oracles.check_outputs(ALLCLOSE(), t(1.0), t(1.0, dtype=torch.float64), case="c")
     assert not f.ok and "float64" in f.message
 
 

@@ -22,12 +22,12 @@ def test_wheel_carries_conf_templates_and_weights_and_finds_them(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("expkit/conf/expkit.yaml", "expkit/conf/measure/quick.yaml", "expkit/conf/catalog/gpus.yaml",
                    "expkit/conf/prices/default.yaml", "expkit/conf/launcher/slurm.yaml",
-                   "expkit/templates/report.md.j2", "expkit/zoo/tinylm.pt"):
+                   "expkit/report/templates/report.md.j2", "expkit/zoo/tinylm.pt", "expkit/manifest/manifest.schema.json"):
         assert needed in names, needed
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), wheel],
                    check=True, capture_output=True)
-    probe = ("import expkit.paths as p; from expkit.settings import load_settings; "
+    probe = ("import expkit.manifest.paths as p; from expkit.manifest.settings import load_settings; "
              "print(p.conf_dir()); print(load_settings(['measure=rigorous']).measure.name)")
     out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
                          env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}, check=True).stdout.split()

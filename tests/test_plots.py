@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from expkit import plots, store
+from expkit.report import plots, store
 
 DATA = Path(__file__).resolve().parent / "data" / "results"
 

@@ -2,10 +2,11 @@ import textwrap
 
 import pytest
 
-from expkit import preflight
-from expkit.errors import ManifestError
+from expkit.bench.in_process import preflight_in_process
+from expkit.checks import preflight
+from expkit.core.errors import ManifestError
 from expkit.manifest import load
-from expkit.settings import OracleSettings
+from expkit.manifest.settings import OracleSettings
 
 KERNELS = textwrap.dedent('''
     import torch
@@ -56,8 +57,8 @@ def setup(tmp_path, candidate, factory="k:inputs", free="[n]", oracle="{kind: al
 def run(tmp_path, candidate, **kw):
     lm, k = setup(tmp_path, candidate, **kw)
     factory = getattr(k, lm.manifest.inputs.factory.split(":")[1])
-    return preflight.run_preflight(lm, k.base, getattr(k, candidate), factory, run_seed=1,
-                                   settings=OracleSettings(), device="cpu")
+    return preflight_in_process(lm, k.base, getattr(k, candidate), factory, run_seed=1,
+                                settings=OracleSettings(), device="cpu")
 
 
 def failures(res):
@@ -120,3 +121,37 @@ def test_edge_sizes_avoid_friendly_divisors():
     assert 4097 in sizes and 1 in sizes and 4096 not in sizes
     for d in (4, 8, 16, 128):
         assert any(s % d for s in sizes)
+
+
+RELU = textwrap.dedent('''
+    import torch
+    def nonnegative(params, gen, device):
+        return (torch.rand(params["n"], generator=gen, device=device),)
+    def relu(x): return torch.relu(x)
+    def clamp(x): return x.clamp(min=0)
+''')
+
+
+def test_an_op_that_is_the_identity_on_its_inputs_is_a_warning_not_a_vacuous_oracle(tmp_path):
+    """Regression (KernelBench 19_ReLU with its reference as the candidate): torch.rand inputs
+    are never negative, so "the input passed through" *is* the right answer; that is the
+    inputs' property, not a defect of the oracle or of the candidate."""
+    (tmp_path / "kr.py").write_text(RELU)
+    (tmp_path / "m.yaml").write_text(textwrap.dedent('''
+        name: t
+        claim: {speedup: 1.0}
+        baseline: kr:relu
+        candidate: kr:clamp
+        inputs: {factory: "kr:nonnegative"}
+        cases: [{name: c, params: {n: 4096}}]
+    '''))
+    lm = load(tmp_path / "m.yaml")
+    import importlib, sys
+    sys.path.insert(0, str(tmp_path))
+    k = importlib.import_module("kr")
+    sys.path.remove(str(tmp_path))
+    res = preflight_in_process(lm, k.relu, k.clamp, k.nonnegative, run_seed=1, settings=OracleSettings(),
+                               device="cpu")
+    assert not res.invalid, failures(res)
+    (f,) = [f for f in res.findings if f.check.startswith("calibration:")]
+    assert f.severity == "warning" and "cannot tell the right answer from an input passed through" in f.message

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from expkit import prices
-from expkit.catalog import load_catalog
-from expkit.errors import ExpkitError
-from expkit.prices import Price, PriceError, PriceList, load_prices, price_for, run_cost
+from expkit.manifest import prices
+from expkit.manifest.catalog import load_catalog
+from expkit.core.errors import ExpkitError
+from expkit.manifest.prices import Price, PriceError, PriceList, load_prices, price_for, run_cost
 
-PRICES_FILE = Path(prices.__file__).resolve().parent.parent / "conf" / "prices" / "default.yaml"
+PRICES_FILE = Path(prices.__file__).resolve().parents[2] / "conf" / "prices" / "default.yaml"
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
-"""The progress line: what it says, and that it says nothing off a terminal."""
+"""The progress line: what it says, that rich redraws it in place and erases it, and silence off a terminal."""
 
 import io
 
-from expkit.progress import Progress
+from expkit.cli.progress import Progress
 
 
 class Tty(io.StringIO):
@@ -18,6 +18,9 @@ class Clock:
         return self.t
 
 
+ERASE_LINE = "\x1b[2K"
+
+
 def test_line_shows_case_samples_interval_and_budget():
     p = Progress(stream=Tty())
     p.plan("honest-win", ["square-1024", "tall"], target_ci=0.05)
@@ -26,16 +29,27 @@ def test_line_shows_case_samples_interval_and_budget():
     assert "±? (not checked yet)" in p.line("other", 1, None, -3.0) and "0.0 s of budget left" in p.line("x", 1, None, -3)
 
 
-def test_updates_rewrite_one_line_throttled_and_clear_on_exit():
+def test_updates_redraw_one_line_throttled_and_erase_it_on_exit():
     out, clock = Tty(), Clock()
     with Progress(stream=out, clock=clock, min_interval=0.1) as p:
         p.update("a", 1, None, 3.0)
-        p.update("a", 2, None, 2.9)  # within the interval: not written
+        p.update("a", 2, None, 2.9)  # within the interval: not drawn
         clock.t = 0.5
         p.update("a", 3, 0.02, 2.0)
-    text = out.getvalue()
-    assert text.count("\r") == 4 and "2 samples" in text and "4 samples" not in text and "6 samples" in text
-    assert text.endswith("\r")
+        during = out.getvalue()
+    assert "2 samples" in during and "4 samples" not in during and "6 samples" in during
+    assert during.count(ERASE_LINE) == 1  # the second draw replaced the first in place
+    after = out.getvalue()[len(during):]
+    assert after.endswith(ERASE_LINE)  # transient: the line is gone when the run ends
+
+
+def test_a_long_line_stays_one_line():
+    out = Tty()
+    with Progress(stream=out) as p:
+        p.plan("n" * 300, ["c"])
+        p.update("c", 1, None, 1.0)
+        drawn = out.getvalue()
+    assert "\n" not in drawn and "…" in drawn
 
 
 def test_quiet_off_a_terminal_or_when_disabled():
@@ -43,3 +57,11 @@ def test_quiet_off_a_terminal_or_when_disabled():
         p.update("a", 1, 0.1, 1.0)
         p.clear()
         assert p.stream.getvalue() == ""
+
+
+def test_quiet_off_a_terminal_even_when_colour_is_forced(monkeypatch):
+    monkeypatch.setenv("FORCE_COLOR", "1")  # many CI runners set it; a log must still get no redraws
+    p = Progress(stream=io.StringIO())
+    p.update("a", 1, 0.1, 1.0)
+    p.clear()
+    assert p.stream.getvalue() == ""

@@ -7,7 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from expkit import report, store
+from expkit import report
+from expkit.report import store
 from golden import check
 
 DATA = Path(__file__).resolve().parent / "data" / "results"
@@ -26,6 +27,8 @@ GOLDEN = [
     (DATA / "session" / "stride-bug", "report-stride-bug.md", True),  # invalid: nothing measured, nothing drawn
     (DATA / "session" / "asserted-not-demonstrated", "report-asserted-not-demonstrated.md", False),  # refuted
     (DATA / "v1-honest-win", "report-v1-honest-win.md", False),       # an upgraded version-1 result
+    (DATA / "synthetic-kernel-time", "report-kernel-time.md", False),  # kernel time and call time (GPU)
+    (DATA / "synthetic-processes", "report-processes.md", False),  # five processes (result.json 3)
 ]
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from expkit import catalog
-from expkit.roofline import OVER_PEAK_NOTE, Work, peaks_for, roofline, side_rates
+from expkit.manifest import catalog
+from expkit.verdict.roofline import OVER_PEAK_NOTE, Work, peaks_for, roofline, side_rates
 
 
 def measured(tb, tc):

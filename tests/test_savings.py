@@ -2,7 +2,7 @@
 
 import pytest
 
-from expkit.savings import case_saving, savings
+from expkit.verdict.savings import case_saving, savings
 
 
 def case(tb, s, lo, hi):

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from expkit import session as S
-from expkit import store
-from expkit.errors import ExpkitError
+from expkit.report import session as S
+from expkit.report import store
+from expkit.core.errors import ExpkitError
 from golden import check
 
 DATA = Path(__file__).resolve().parent / "data" / "results"

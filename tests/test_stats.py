@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from expkit import stats
+from expkit.verdict import stats
 
 
 def test_ratio_of_medians_and_interval_cover_the_truth():
@@ -44,3 +44,90 @@ def test_identical_sides_interval_includes_one():
 def test_rejects_empty_or_non_positive(bad):
     with pytest.raises(ValueError):
         stats.estimate(bad, [1.0])
+
+
+# --- rounds, pairs and processes (estimate_rounds) -------------------------------------
+
+def rounds(rep, base, cand):
+    return stats.Rounds(rep, tuple(base), tuple(cand))
+
+
+def test_pair_rounds_keeps_pairs_and_drops_rounds_missing_a_side():
+    rows = [(0, 0, "baseline", 2.0), (0, 0, "candidate", 1.0), (0, 1, "candidate", 1.1),
+            (1, 0, "candidate", 1.0), (1, 0, "baseline", 2.2)]
+    got = stats.pair_rounds(rows)
+    assert got == (stats.Rounds(0, (2.0,), (1.0,), dropped=1), stats.Rounds(1, (2.2,), (1.0,)))
+    with pytest.raises(ValueError, match="two baseline"):
+        stats.pair_rounds([(0, 0, "baseline", 1.0), (0, 0, "baseline", 1.0)])
+
+
+def test_one_process_is_the_ratio_of_medians_with_a_paired_bootstrap_and_says_so():
+    rng = np.random.default_rng(11)
+    b, c = 2.0 * rng.lognormal(0, 0.02, 200), rng.lognormal(0, 0.02, 200)
+    est = stats.estimate_rounds([rounds(0, b, c)], seed=1)
+    assert est.speedup == pytest.approx(np.median(b) / np.median(c))
+    assert est.ci_low < 2.0 < est.ci_high and est.method == stats.PAIRED
+    assert "one process" in est.method and not any("process" in w for w in est.warnings)
+    assert est.record()["processes"] == 1 and est.record()["process_spread"] is None
+    assert stats.estimate_rounds([rounds(0, b, c)], seed=1) == est  # reproducible from the seed
+
+
+def test_pairing_cancels_noise_the_two_sides_of_a_round_shared():
+    # Every round has its own machine state (25% sd), shared by both sides; each side adds 1% of its own.
+    rng = np.random.default_rng(12)
+    shared = rng.lognormal(0, 0.25, 300)
+    b, c = 1.5 * shared * rng.lognormal(0, 0.01, 300), shared * rng.lognormal(0, 0.01, 300)
+    paired = stats.estimate_rounds([rounds(0, b, c)], seed=0)
+    independent = stats.estimate(b, c, seed=0)
+    assert paired.ci_low <= 1.5 <= paired.ci_high
+    assert paired.relative_half_width < independent.relative_half_width / 3
+
+
+def test_several_processes_use_student_t_over_the_per_process_ratios():
+    rng = np.random.default_rng(13)
+    procs, ratios = [], []
+    for p, f in enumerate((1.00, 1.02, 0.99, 1.03, 0.98)):  # a process effect of ~2%, noise within of 0.1%
+        b, c = 1.3 * f * rng.lognormal(0, 0.001, 100), rng.lognormal(0, 0.001, 100)
+        procs.append(rounds(p, b, c))
+        ratios.append(np.log(np.median(b) / np.median(c)))
+    est = stats.estimate_rounds(procs, seed=0)
+    from scipy.stats import t
+
+    half = t.ppf(0.975, 4) * np.std(ratios, ddof=1) / np.sqrt(5)
+    assert est.speedup == pytest.approx(np.exp(np.mean(ratios)))
+    assert (est.ci_low, est.ci_high) == pytest.approx((np.exp(np.mean(ratios) - half), np.exp(np.mean(ratios) + half)))
+    assert est.method.startswith(stats.STUDENT) and "5 processes" in est.method
+    assert est.baseline.median / est.candidate.median == pytest.approx(est.speedup)
+    rec = est.record()
+    assert rec["processes"] == 5 and len(rec["per_process"]) == 5
+    assert rec["process_spread"] == pytest.approx((max(np.exp(ratios)) - min(np.exp(ratios))) / est.speedup)
+    assert not any("one process" in w for w in est.warnings)
+
+
+def test_processes_that_agree_exactly_still_get_the_noise_within_them():
+    rng = np.random.default_rng(14)
+    b, c = 1.3 * rng.lognormal(0, 0.02, 60), rng.lognormal(0, 0.02, 60)
+    est = stats.estimate_rounds([rounds(p, b, c) for p in range(4)], seed=0)  # identical copies: s = 0
+    assert est.process_sd == 0.0
+    one = stats.within_process(rounds(0, b, c), seed=0)
+    assert est.relative_half_width == pytest.approx(1.96 * np.sqrt(one.log_variance / 4), rel=0.1)
+
+
+def test_two_processes_warn_that_the_interval_is_wide():
+    rng = np.random.default_rng(15)
+    procs = [rounds(p, rng.lognormal(0, 0.01, 30), rng.lognormal(0, 0.01, 30)) for p in range(2)]
+    assert any("two processes" in w for w in stats.estimate_rounds(procs).warnings)
+
+
+def test_each_process_target_accounts_for_the_t_quantile():
+    assert stats.process_target(0.01, 0.95, 1) == 0.01
+    from scipy.stats import norm, t
+
+    assert stats.process_target(0.01, 0.95, 5) == pytest.approx(0.01 * np.sqrt(5) * norm.ppf(0.975) / t.ppf(0.975, 4))
+
+
+def test_rounds_reject_non_positive_and_empty():
+    with pytest.raises(ValueError):
+        stats.estimate_rounds([rounds(0, [], [])])
+    with pytest.raises(ValueError):
+        stats.estimate_rounds([rounds(0, [1.0, 0.0], [1.0, 1.0])])

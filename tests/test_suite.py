@@ -16,13 +16,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from expkit import session as ses
-from expkit import store, worker
-from expkit.errors import ConfigError, ExpkitError
-from expkit.launchers import LocalLauncher, visible_gpus
-from expkit.settings import LauncherSettings
-from expkit.suite import Row, exit_code, expand, is_suite, run_suite
-from expkit.worker import Job, Outcome, diagnose
+from expkit.report import session as ses
+from expkit.suites import worker
+from expkit.report import store
+from expkit.core.errors import ConfigError, ExpkitError
+from expkit.suites.launchers import LocalLauncher, visible_gpus
+from expkit.manifest.settings import LauncherSettings
+from expkit.suites.suite import Row, exit_code, expand, is_suite, run_suite
+from expkit.bench.diagnose import diagnose
+from expkit.suites.worker import Job, Outcome
 
 ROOT = Path(__file__).parent.parent
 SUITE = Path(__file__).parent / "data" / "suite"

@@ -1,8 +1,8 @@
 from pathlib import Path
 
-from expkit import target, trace
+from expkit.checks import target, trace
 from expkit.manifest import Limits, Target
-from expkit.trace import KernelEvent
+from expkit.checks.trace import KernelEvent
 
 TRACES = Path(__file__).resolve().parent / "data" / "traces"
 

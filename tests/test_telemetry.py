@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from expkit.telemetry import (
+from expkit.timing.telemetry import (
     DEFAULT_SLOW_CLOCK_THRESHOLD,
     GpuInfo,
     NullTelemetry,

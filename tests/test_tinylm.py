@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from expkit.divergence import all_divergent, first_divergence
+from expkit.checks.divergence import all_divergent, first_divergence
 from expkit.zoo import corpus
 from expkit.zoo.tinylm import (LinearVia, _windows, blocked_linear, blocked_linear_buggy,
                                kl_divergence, linear_layers, load_checkpoint, load_model,

@@ -1,4 +1,4 @@
-"""expkit.trace: parsing real torch.profiler chrome traces and capturing new ones.
+"""expkit.checks.trace: parsing real torch.profiler chrome traces and capturing new ones.
 
 The fixtures under tests/data/traces/ were recorded on an H100 by
 scripts/record_trace_fixtures.py (each carries an ``expkit_fixture`` note: GPU,
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from expkit.trace import (HARNESS_MARKER, KernelEvent, OpEvent, Trace, capture, kernel_qualified_name,
+from expkit.checks.trace import (HARNESS_MARKER, KernelEvent, OpEvent, Trace, capture, kernel_qualified_name,
                           kernel_short_name, parse_chrome_trace)
 
 TRACES = Path(__file__).parent / "data" / "traces"

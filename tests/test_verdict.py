@@ -1,7 +1,7 @@
 import pytest
 
-from expkit.findings import Finding
-from expkit.stats import Estimate, SideSummary
+from expkit.core.findings import Finding
+from expkit.verdict.stats import Estimate, SideSummary
 from expkit.verdict import EXIT_CODES, decide, judge_case, worst
 
 S = SideSummary(1.0, 1.0, 1.0, 0.0, 100)

@@ -54,9 +54,40 @@ BAD: Dict[str, Tuple[str, FrozenSet[str], str]] = {
     "batch_then_skip": ("invalid", frozenset({"recheck"}), "c"),
     "report_forger": ("invalid", frozenset({"channel"}), ""),
     "uninit_garbage": ("invalid", frozenset({"uninitialised|oracle:allclose"}), "c"),
+    # Issue #13: cheats that do their work through another op than the baseline's outermost
+    # one, caught by a general mechanism (adv_general.py and the modules beside it).
+    "inner_reach": ("invalid", frozenset({"forbidden"}), "c"),
+    "copy_reach": ("invalid", frozenset({"forbidden"}), "c"),
+    "tf32_einsum": ("invalid", frozenset({"oracle:rounding"}), "c"),
+    "fp16_softmax": ("invalid", frozenset({"oracle:rounding"}), "c"),
+    "mode_stack": ("invalid", frozenset({"global-state"}), ""),
+    "harness_patch": ("invalid", frozenset({"tamper"}), ""),
+    "poison_sniff": ("invalid", frozenset({"recheck"}), "c"),
+    "disguised_child": ("invalid", frozenset({"threads"}), "c"),
 }
 
-HONEST = ("honest_gemv", "honest_threaded", "honest_chatty", "honest_out_buffer", "honest_scoped", "honest_softmax")
+#: Cheats that use more cores than measure.cpu_threads allows (checks/activity.py's
+#: ResourceAccount around each timed block of a side).
+AWAITING_CALL_SITE: Dict[str, Tuple[str, FrozenSet[str], str]] = {
+    "extra_cores": ("invalid", frozenset({"resources"}), "c"),
+    "pool_cores": ("invalid", frozenset({"resources"}), "c"),
+}
+#: The issue #13 cheats: none may be caught by the baseline-op rule (a name hit).
+GENERAL = ("inner_reach", "copy_reach", "tf32_einsum", "fp16_softmax", "mode_stack", "harness_patch", "poison_sniff",
+           "disguised_child")
+
+#: Cheats whose first calls are slow and honest (they compute everything they can find):
+#: the 0.3 s budget can end after two rounds in which no call was stale, so they get
+#: enough rounds for a stale call to be timed at all.
+LONGER = {"batch_then_skip": ("measure.max_seconds=2.0",)}
+
+HONEST = ("honest_gemv", "honest_threaded", "honest_chatty", "honest_out_buffer", "honest_scoped", "honest_softmax",
+          # issue #13: sums in other orders, shares ops with the baseline's insides, a pool and a
+          # workspace of its own, compiled code; default oracle unless the manifest says otherwise
+          "honest_issue_matmul", "honest_blocked", "honest_split_k", "honest_rowsum", "honest_own_pool",
+          "honest_workspace", "honest_compiled")
+#: Runs whose verdict is asserted beyond "no alarm" (see the tests below).
+OTHER = ("baseline_patch",)
 
 
 def run(name: str, out: Path, *extra: str):
@@ -73,13 +104,13 @@ def reason_checks(result) -> Dict[str, set]:
 
 
 def test_every_manifest_here_is_in_the_suite():
-    assert {p.stem for p in HERE.glob("*.yaml")} == set(BAD) | set(HONEST)
+    assert {p.stem for p in HERE.glob("*.yaml")} == set(BAD) | set(HONEST) | set(AWAITING_CALL_SITE) | set(OTHER)
 
 
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_bad_candidate_is_caught_with_the_right_reason(name, tmp_path):
     verdict, checks, case = BAD[name]
-    out = run(name, tmp_path)
+    out = run(name, tmp_path, *LONGER.get(name, ()))
     got = reason_checks(out.result)
     assert out.verdict == verdict, (name, out.result["reasons"])
     for wanted in checks:
@@ -93,10 +124,75 @@ def test_bad_candidate_is_caught_with_the_right_reason(name, tmp_path):
     assert heads & {c for wanted in checks for c in wanted.split("|")}, out.result["reasons"]
 
 
+@pytest.mark.parametrize("name", sorted(AWAITING_CALL_SITE))
+def test_more_cores_than_allowed_is_caught(name, tmp_path):
+    verdict, checks, case = AWAITING_CALL_SITE[name]
+    out = run(name, tmp_path)
+    got = reason_checks(out.result)
+    if name in LOAD_DEPENDENT and out.verdict == "refuted":
+        # Its two pool threads got no second core (a 2-core machine under other load):
+        # no core was gained, and no speedup either. What must never happen is below.
+        return
+    assert out.verdict == verdict, (name, out.result["reasons"])
+    assert all(case in got.get(c, set()) for c in checks), got
+
+
+#: Cheats that can only gain a core the scheduler gives them: on a loaded 2-core machine
+#: their threads may share one, and they then gain nothing (refuted) instead of a core.
+LOAD_DEPENDENT = {"pool_cores"}
+
+
+@pytest.mark.parametrize("name", GENERAL)
+def test_the_new_cheats_are_not_caught_by_the_baseline_op_rule(name, tmp_path):
+    """Each does its work through another op than the baseline's outermost one, so no
+    finding may be a name hit of the baseline-op rule: what catches it is general."""
+    out = run(name, tmp_path)
+    name_hits = [c["message"] for c in out.result["checks"] if not c["ok"] and "baseline op `" in c["message"]]
+    assert out.verdict == "invalid" and not name_hits, name_hits
+
+
+def test_the_issues_honest_matmul_is_supported_with_the_default_oracle(tmp_path):
+    """torch.mm against broadcast multiply then sum, fp32: `invalid` under torch's elementwise
+    tolerances before issue #13."""
+    out = run("honest_issue_matmul", tmp_path)
+    assert out.verdict == "supported", out.result["reasons"]
+    (f,) = [c for c in out.result["checks"] if c["check"] == "oracle:rounding" and c["case"] == "c"]
+    assert f["ok"] and f["message"].startswith("rounding rule (against a float64 reference")
+
+
+def test_a_patch_of_the_baselines_own_function_reaches_no_baseline(tmp_path):
+    """Each side in a process of its own: the candidate's patch of F.gelu slows nothing the
+    baseline runs, so the claim (3x, which an honest gelu through five ops cannot reach) is
+    not supported, and nothing had to catch it."""
+    out = run("baseline_patch", tmp_path)
+    assert out.verdict == "refuted", out.result["reasons"]
+    assert not [c for c in out.result["checks"] if not c["ok"] and c.get("severity") != "warning"]
+
+
+def test_a_patch_of_the_baselines_own_function_is_tamper_where_the_sides_share_a_process(tmp_path):
+    import torch.nn.functional as F
+
+    real = F.gelu
+    try:
+        out = run("baseline_patch", tmp_path, "defences.isolate=false")
+    finally:
+        F.gelu = real
+    assert out.verdict == "invalid" and "tamper" in reason_checks(out.result), out.result["reasons"]
+
+
 def test_order_defence_catches_a_candidate_that_needs_the_baseline_first(tmp_path):
-    out = run("stale_clone", tmp_path)
+    """Where both sides share a process (defences.isolate=false), the baseline's fresh output
+    is in reach; the trials that run the candidate first are what catch it."""
+    out = run("stale_clone", tmp_path, "defences.isolate=false")
     msg = next(c["message"] for c in out.result["checks"] if c["check"] == "oracle:allclose" and not c["ok"])
     assert "candidate ran first" in msg
+
+
+def test_separate_sides_leave_the_baseline_output_out_of_reach_from_the_first_trial(tmp_path):
+    out = run("stale_clone", tmp_path)
+    msg = next(c["message"] for c in out.result["checks"] if c["check"] == "oracle:allclose" and not c["ok"])
+    assert "(trial 0," in msg and "candidate ran first" not in msg
+    assert out.result["defences"]["separate_sides"] is True
 
 
 def test_declared_shape_passes_and_only_awkward_sizes_fail(tmp_path):
@@ -151,7 +247,14 @@ GPU_BAD: Dict[str, Tuple[str, FrozenSet[str]]] = {
     "side_stream": ("invalid", frozenset({"stream"})),
     "stale_empty": ("invalid", frozenset({"uninitialised|oracle:allclose"})),
     "timer_patch": ("invalid", frozenset({"tamper"})),
+    # issue #13, where the mechanism differs on a GPU (adv_gpu_general.py, adv_gpu_cudnn_flags.py)
+    "tf32_scoped": ("invalid", frozenset({"oracle:rounding"})),
+    "cudnn_flags": ("invalid", frozenset({"global-state"})),
+    # caught by the recheck, or already in the preflight where the allocator hands a trial the
+    # address of an earlier one (the graph then replays on that trial's stale copies)
+    "graph_stale": ("invalid", frozenset({"recheck|oracle:rounding"})),
 }
+GPU_HONEST = ("honest_graph",)
 
 
 def run_gpu(path: Path, out: Path, *extra: str):
@@ -177,6 +280,28 @@ def test_gpu_honest_candidate_raises_no_alarm(tmp_path):
     alarms = [(c["check"], c["message"]) for c in out.result["checks"] if not c["ok"] and c["check"] in DEFENCE_CHECKS]
     assert not alarms, alarms
     assert out.verdict != "invalid"
+
+
+@pytest.mark.parametrize("name", GPU_HONEST)
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_honest_issue13_candidate_raises_no_alarm(name, tmp_path):
+    out = run_gpu(GPU / f"{name}.yaml", tmp_path)
+    alarms = [(c["check"], c["message"]) for c in out.result["checks"] if not c["ok"] and c.get("severity") != "warning"]
+    assert not alarms, alarms
+    assert out.verdict != "invalid"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_work_handed_to_a_detached_process_is_caught(tmp_path):
+    out = run_gpu(GPU / "gpu_daemon.yaml", tmp_path)
+    assert out.verdict == "invalid" and "gpu-processes" in reason_checks(out.result), out.result["reasons"]
+
+
+def test_every_gpu_manifest_here_is_in_the_suite():
+    known = set(GPU_BAD) | set(GPU_HONEST) | {"honest_matmul", "l2_resident", "gpu_daemon"}
+    assert {p.stem for p in GPU.glob("*.yaml")} == known
 
 
 @pytest.mark.gpu

@@ -33,7 +33,7 @@ def manifest(tmp_path: Path) -> Path:
 
 
 def test_gpu_report_session_and_compare(tmp_path):
-    from expkit import compare, session
+    from expkit.report import compare, session
     from expkit.runner import run_manifest
 
     path = manifest(tmp_path)

@@ -17,8 +17,8 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
-from expkit.cuda_timer import CudaTimer  # noqa: E402
-from expkit.telemetry import NvmlTelemetry, open_telemetry  # noqa: E402
+from expkit.timing.cuda_timer import CudaTimer  # noqa: E402
+from expkit.timing.telemetry import NvmlTelemetry, open_telemetry  # noqa: E402
 
 SPIN = "spin_kernel"
 

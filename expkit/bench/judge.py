@@ -1,0 +1,289 @@
+"""The baseline's process judges: the candidate's outputs, seen through shared memory.
+
+Correctness is decided in the process that holds the baseline and nothing of the
+candidate's, so no candidate code can touch the reference it is held against (a
+candidate that patches a torch function the baseline uses changes only its own
+process). The candidate's worker exports its inputs and outputs (:mod:`.transport`);
+:class:`Judge` opens them and:
+
+* digests the candidate's inputs with a key that never leaves this process
+  (:mod:`expkit.checks.digest`): the same digest as the baseline's own pristine
+  inputs before the candidate's first call (the two sides' factories gave the same
+  inputs) and after every call (the candidate did not write to its inputs);
+* computes the expected output (the baseline on the pristine inputs, or a copy of
+  them, per the memory plan) and applies the manifest's oracles, with the null-output
+  calibration on the first trial of each declared case;
+* diagnoses a failure made only of NaN where the baseline is finite (``uninitialised``),
+  with the candidate's unpoisoned re-run;
+* re-checks a timed call's kept output against the baseline on that call's inputs.
+
+Every method returns plain data.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import asdict
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ..checks import oracles, preflight
+from ..checks.chunks import flat_chunks
+from ..checks.digest import digest
+from ..core.findings import WARNING, Finding
+from ..manifest.spec import PER_CALL_ORACLE_KINDS
+from .side import SideBench
+from .transport import Importer
+
+RECHECK = "recheck"
+INPUTS = "inputs"
+
+
+def _tensors(values: Sequence[Any]) -> List[Any]:
+    import torch
+
+    return [v for v in values if isinstance(v, torch.Tensor)]
+
+
+def _with(args: Sequence[Any], positions: Sequence[int], tensors: Sequence[Any]) -> Tuple[Any, ...]:
+    out = list(args)
+    for i, t in zip(positions, tensors):
+        out[i] = t
+    return tuple(out)
+
+
+class Judge:
+    """Judging state in the baseline's worker (see the module docstring)."""
+
+    def __init__(self, side: SideBench, clone_for_baseline: bool = True, reference: str = "device") -> None:
+        self.side = side
+        self.key = secrets.token_bytes(32)
+        self.importer = Importer()
+        self.per_call = [(i, o) for i, o in enumerate(side.lm.manifest.oracles) if o.kind in PER_CALL_ORACLE_KINDS]
+        self.clone_for_baseline = clone_for_baseline
+        self.reference = reference
+        self.pristine: Tuple[Any, ...] = ()
+        self.pristine_digest = ""
+        self.expected: Any = None
+        self._ref: Any = None  # (id of the pristine inputs, their reference, computed once)
+
+    def configure(self, clone_for_baseline: bool, reference: str) -> None:
+        self.clone_for_baseline, self.reference = clone_for_baseline, reference
+
+    def _reference64(self, pristine: Sequence[Any]) -> Any:
+        """The oracle's float64 reference: the baseline on its inputs upcast, on the device or,
+        where the memory plan says so, on the host (:class:`~expkit.checks.rounding.ReferenceLadder`
+        says which rung ran, and what happens when none can)."""
+        from ..checks.rounding import ReferenceLadder
+
+        key = id(pristine)
+        if self._ref is None or self._ref[0] != key:
+            self._ref = (key, _Once(ReferenceLadder(self.side.fn, pristine, host=self.reference == "host")))
+        return self._ref[1]
+
+    # -- a trial ------------------------------------------------------------------------
+    def expect(self, case: str, params: Mapping[str, Any], seed: int, first: bool,
+               cand_inputs: Optional[Sequence[Mapping[str, Any]]] = None) -> Dict[str, Any]:
+        """Build the trial's pristine inputs and the baseline's output on them."""
+        self.importer.close()
+        self._ref = None
+        self.pristine = self.side.inputs(params, seed)
+        with preflight.harness_threads():
+            self.pristine_digest = digest(_tensors(self.pristine), self.key)
+        found: List[Finding] = []
+        if first and cand_inputs is not None:
+            theirs = self.importer.open(cand_inputs)
+            if digest(theirs, self.key) != self.pristine_digest:
+                found.append(Finding(INPUTS, False, "the two sides' input factory gave different inputs for the same "
+                                     "seed: inputs.factory must draw every random value from the generator it is "
+                                     "given (or the sides cannot be compared)", case))
+        args = preflight.clone_inputs(self.pristine) if self.clone_for_baseline else self.pristine
+        try:
+            self.expected = preflight.call_synced(self.side.fn, args)
+        except Exception as e:
+            import torch
+
+            return {"raised": preflight.short_error(e), "oom": isinstance(e, torch.OutOfMemoryError),
+                    "findings": [asdict(f) for f in found]}
+        if not self.clone_for_baseline and digest(_tensors(self.pristine), self.key) != self.pristine_digest:
+            found.append(Finding("baseline", False, "the baseline wrote to its inputs, so it cannot run on the "
+                                 "pristine inputs without a copy: give the run more memory or fix the baseline", case))
+        return {"findings": [asdict(f) for f in found]}
+
+    def judge(self, case: str, params: Mapping[str, Any], trial: int, declared: bool, calibrate: bool,
+              inputs: Sequence[Mapping[str, Any]], outputs: Sequence[Mapping[str, Any]], where: str) -> Dict[str, Any]:
+        """The candidate's trial outputs against the expected ones."""
+        theirs = self.importer.open(inputs)
+        found: List[Finding] = []
+        if digest(theirs, self.key) != self.pristine_digest:
+            found.append(Finding(INPUTS, False, "candidate modified its inputs in place", case))
+        actual = tuple(self.importer.open(outputs))
+        with preflight.harness_threads():
+            return self._judge(case, trial, declared, calibrate, actual, where, found)
+
+    def _judge(self, case: str, trial: int, declared: bool, calibrate: bool, actual: Tuple[Any, ...], where: str,
+               found: List[Finding]) -> Dict[str, Any]:
+        poison_only = False
+        reported: List[Finding] = []
+        for idx, spec in self.per_call:
+            custom = self.side.custom.get(idx)
+            f = oracles.check_outputs(spec, self.expected, actual, case=case, inputs=self.pristine,
+                                      reference64=self._reference64(self.pristine), custom=custom)
+            if not f.ok:
+                poison_only = poison_only or _poison_only(spec, self.expected, actual, self.pristine, custom)
+                found.append(Finding(f.check, False, f"{f.message} {where}", case, figure=f.figure,
+                                     threshold=f.threshold))
+            elif trial == 0 and declared:
+                reported.append(f)
+            if trial == 0 and declared and calibrate and f.ok:
+                found.extend(_calibrate(spec, self.expected, self.pristine, case, custom,
+                                        self._reference64(self.pristine)))
+        return {"findings": [asdict(f) for f in found + reported], "poison_only": poison_only}
+
+    def poison_check(self, outputs: Sequence[Mapping[str, Any]], first_outputs: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether NaN the candidate returned under poisoned allocations went away without it.
+
+        If some of the elements that were NaN (and finite in the baseline's output) are
+        finite in the unpoisoned re-run, they came from memory nobody wrote: a NaN the
+        candidate computes is NaN both times. A reader of uninitialised memory that
+        happens to get poison-filled blocks back again is not recognised (its failure
+        stays an oracle failure, which is still invalid)."""
+        import torch
+
+        before = self.importer.open(first_outputs)
+        again = self.importer.open(outputs)
+        with preflight.harness_threads():
+            for a, b, e in zip(before, again, oracles.flatten(self.expected)):
+                if a.shape != b.shape or not (a.is_floating_point() or a.is_complex()):
+                    continue
+                poisoned = torch.isnan(a) & ~torch.isnan(e)
+                if bool((poisoned & ~torch.isnan(b)).any()):
+                    return True
+        return False
+
+    def release(self) -> None:
+        self.importer.close()
+
+    def finish(self) -> None:
+        self.importer.close()
+        self.pristine, self.expected, self._ref = (), None, None
+
+    # -- a timed call, re-checked -------------------------------------------------------
+    def recheck(self, case: str, kept: Mapping[str, Any], args: Sequence[Any]) -> List[Finding]:
+        """A timed call's output against the baseline on that call's inputs (``args`` gives
+        the non-tensor arguments, which both sides build alike)."""
+        inputs = self.importer.open(kept["inputs"])
+        actual = tuple(self.importer.open(kept["outputs"]))
+        pristine = _with(args, kept["positions"], inputs)
+        found: List[Finding] = []
+        try:
+            expected = preflight.call_synced(self.side.fn, preflight.clone_inputs(pristine)
+                                             if self.clone_for_baseline else pristine)
+        except Exception as e:
+            self.importer.close()
+            return [Finding("baseline", False, f"baseline raised {preflight.short_error(e)} while re-checking a "
+                            "timed call", case)]
+        with preflight.harness_threads():
+            checked = [oracles.check_outputs(spec, expected, actual, case=case, inputs=pristine,
+                                             reference64=self._reference64(pristine), custom=self.side.custom.get(idx))
+                       for idx, spec in self.per_call]
+        for f in checked:
+            if not f.ok:
+                found.append(Finding(RECHECK, False,
+                                     f"a timed call's output fails {f.check} after timing (it passed the preflight: "
+                                     f"a replay, a skipped computation or drift?): {f.message}", case,
+                                     figure=f.figure, threshold=f.threshold))
+        del expected, inputs, actual, pristine
+        self.importer.close()
+        return found
+
+
+def _poison_only(spec: Any, expected: Any, actual: Sequence[Any], inputs: Sequence[Any], custom: Any) -> bool:
+    """True if the outputs fail only by NaN where the baseline is finite (see preflight)."""
+    return preflight.poison_only(spec, expected, actual, inputs, custom)
+
+
+def _calibrate(spec: Any, expected: Any, inputs: Sequence[Any], case: str, custom: Any,
+               reference64: Any) -> List[Finding]:
+    """Outputs that do no work, put through the oracle (check ``calibration:<kind>``).
+
+    A do-nothing output that passes means one of two things, told apart by how far it
+    is from the baseline's output compared with the baseline's own rounding error (its
+    distance from the float64 reference):
+
+    * it is far (the oracle's tolerance is wider than the outputs are large: zeros pass
+      an ``atol`` of 0.05 on a softmax over 4096 columns): the oracle is vacuous, and the
+      run is ``invalid`` until the tolerance or the inputs change;
+    * it is within a few times that rounding error (a ReLU on inputs that are never
+      negative *is* its input; the mean of a group-normalised tensor *is* zero up to
+      rounding): no oracle can tell it from the right answer on these inputs. That is a
+      property of the inputs, not a defect of the oracle or of the candidate, and it is
+      reported as a warning: this case's correctness rests on the others and on the
+      awkward sizes."""
+    vacuous, undiscriminating = [], []
+    noise: Any = None
+    for label, make in oracles.iter_null_candidates(expected, inputs):
+        null = make()
+        f = oracles.check_outputs(spec, expected, null, case=case, inputs=inputs, custom=custom)
+        if not f.ok:
+            continue
+        if noise is None:
+            noise = _rounding_error(expected, reference64)
+        gap = max((_max_abs_diff(n, e) for n, e in zip(oracles.flatten(null), oracles.flatten(expected))),
+                  default=0.0)
+        (undiscriminating if gap <= 4 * noise else vacuous).append(label)
+        del null
+    out = []
+    if vacuous:
+        out.append(Finding(f"calibration:{spec.kind}", False,
+                           f"oracle is vacuous: a candidate returning {' / '.join(vacuous)} passes it "
+                           f"(outputs too small for its tolerance?); tighten the tolerance or change the inputs", case))
+    if undiscriminating:
+        out.append(Finding(f"calibration:{spec.kind}", False,
+                           f"these inputs cannot tell the right answer from {' / '.join(undiscriminating)}: it is the "
+                           "right answer here to within the baseline's own rounding error (an op that is the "
+                           "identity, or zero, on these inputs); this case's correctness rests on the other cases",
+                           case, severity=WARNING))
+    return out
+
+
+class _Once:
+    """A reference computed on its first call and kept for the trial's other oracles and the
+    calibration's do-nothing outputs (each would otherwise run the baseline again in float64)."""
+
+    def __init__(self, ladder: Any) -> None:
+        self.ladder, self._out, self._done = ladder, None, False
+
+    @property
+    def how(self) -> str:
+        return getattr(self.ladder, "how", "")
+
+    def __call__(self) -> Any:
+        if not self._done:
+            self._out, self._done = self.ladder(), True
+        return self._out
+
+
+def _max_abs_diff(a: Any, b: Any) -> float:
+    """max |a - b| in float64, chunk by chunk (``checks.chunks``), on ``a``'s device."""
+    out = 0.0
+    for _, (x, y) in flat_chunks(a, b):
+        out = max(out, float((x.double() - y.to(x.device).double()).abs().max()))
+    return out
+
+
+def _rounding_error(expected: Any, reference64: Any) -> float:
+    """The baseline's largest distance from its float64 reference (its own rounding
+    error), or, where no reference can be computed, one unit of its dtype's precision at
+    the output's largest magnitude."""
+    import torch
+
+    exp = oracles.flatten(expected)
+    try:
+        ref = oracles.flatten(reference64())
+        return max((_max_abs_diff(e, r) for e, r in zip(exp, ref)), default=0.0)
+    except Exception:
+        out = 0.0
+        for e in exp:
+            if e.numel() and (e.is_floating_point() or e.is_complex()):
+                out = max(out, float(torch.finfo(e.dtype).eps) * float(e.double().abs().max()))
+        return out

@@ -1,0 +1,478 @@
+"""The two sides of a claim, each in its own process, driven from the parent.
+
+:class:`Pair` holds two endpoints (:mod:`.endpoint`): the baseline's and the
+candidate's. It never runs code under test itself; it asks each side for plain data
+and hands what one side exported to the other (the candidate's outputs go to the
+baseline's process, which judges: :mod:`.judge`). The phases:
+
+1. **hello**: both workers start at once; each reports what its import changed.
+2. **memory plan**: the baseline's worker makes one plain call; :func:`.memory.plan`
+   decides what the harness may hold (:meth:`Pair.plan_memory`).
+3. **preflight** (:meth:`Pair.preflight`): for every case and every added awkward
+   size, correctness trials on fresh inputs from the run's secret seed -- the
+   candidate builds its inputs and exports them, the baseline builds the same ones and
+   its expected output, the candidate runs once under poisoned allocations (odd trials
+   before the baseline does), and the baseline's worker judges: input digests (the
+   two sides got the same inputs; the candidate did not write to them), the oracles,
+   the null-output calibration, the ``uninitialised`` diagnosis. Then one profiled call
+   per side, compared here against ``expect:`` and the target's limits.
+4. **measurement** (:meth:`Pair.sides`): the measurement loop's two sides and a timer
+   that sends each block to its side's worker, in the loop's order, and a kept call's
+   output to the baseline's worker for the recheck.
+
+A side that runs out of memory is an outcome: the candidate where the baseline fits
+is ``invalid`` with both figures; the baseline that cannot make even its plain call
+raises :class:`~expkit.core.errors.OutOfMemoryPlan` (exit 5).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ..checks import expectations, preflight
+from ..checks.identity import kernel_row, target_findings
+from ..checks.preflight import UNINITIALISED, CaseRun, IdentitySummary, PreflightResult
+from ..core.errors import ExpkitError
+from ..core.findings import WARNING, Finding, finding_from
+from ..manifest.settings import Settings
+from .channel import ChannelError
+from .clock import CLOCK
+from .endpoint import LocalEndpoint, WorkerEndpoint
+from .envelope import RecheckPolicy, SessionTimer, SideFn, envelope_counts, envelope_findings
+from .fallback import FALLBACK
+from .memory import GiB, MemoryPlan, plan
+from .side import BASELINE, CANDIDATE
+from .traces import trace_from_dict
+
+MEMORY = "memory"
+
+
+def _findings(reply: Mapping[str, Any]) -> List[Finding]:
+    return [finding_from(f) for f in reply.get("findings", ())]
+
+
+def _gib(n: Optional[int]) -> str:
+    return "?" if n is None else f"{n / GiB:.2f} GiB"
+
+
+class Pair:
+    """Both sides of one run (see the module docstring)."""
+
+    def __init__(self, lm: Any, settings: Settings, device: str, *,
+                 sides: Optional[Mapping[str, Tuple[Callable[..., Any], Callable[..., Any]]]] = None) -> None:
+        self.lm, self.settings, self.device = lm, settings, device
+        d = settings.defences
+        self.isolated = d.enabled and d.isolate and sides is None
+        self.evidence: Dict[str, Any] = {"isolated": self.isolated, "separate_sides": self.isolated}
+        self._told: set = set()
+        if self.isolated:
+            # Both workers start before either is waited for: their imports and CUDA
+            # start-up overlap.
+            self.b: Any = WorkerEndpoint(lm, settings, device, BASELINE)
+            self.c: Any = WorkerEndpoint(lm, settings, device, CANDIDATE)
+        else:
+            fns = sides or {}
+            self.b = LocalEndpoint(lm, settings, device, BASELINE, *fns.get(BASELINE, (None, None)))
+            self.c = LocalEndpoint(lm, settings, device, CANDIDATE, *fns.get(CANDIDATE, (None, None)))
+        self.evidence["start_method"] = self.c.start_method
+        self.session_findings: List[Finding] = []
+        self._sources: Dict[str, str] = {}
+        self.gpu: Optional[Dict[str, Any]] = None
+        self.catalog: List[Finding] = []
+        self.memory: Optional[MemoryPlan] = None
+        try:
+            self.b.send("hello", environment=True)
+            self.c.send("hello", environment=False)
+            hb, hc = self.b.receive(), self.c.receive()
+        except ChannelError as e:
+            self.session_findings += self.tell(e, "while the workers loaded the code")
+            return
+        except ExpkitError:
+            self.close(None)
+            raise
+        self.session_findings += _findings(hb) + _findings(hc)
+        self.catalog = [finding_from(f) for f in hb.get("catalog", ())]
+        self._sources = {**hb["sources"], **hc["sources"]}
+        self.gpu = hb.get("gpu")
+        self.evidence.update(baseline_pid=hb.get("pid"), worker_pid=hc.get("pid"))
+
+    # -- plumbing -----------------------------------------------------------------------------
+    def tell(self, e: ChannelError, when: str) -> List[Finding]:
+        """The finding for a broken channel, once per endpoint."""
+        out = []
+        for ep in (self.b, self.c):
+            if ep.broken is not None and not ep.told:
+                ep.told = True
+                message = f"{ep.broken.message} ({when})"
+                cause = ep.death_cause()
+                if cause:
+                    message += f": {cause}"
+                out.append(Finding(ep.broken.check, False, message))
+        if not out and str(e) not in self._told:
+            self._told.add(str(e))
+            out.append(Finding(e.check, False, f"{e.message} ({when})"))
+        return out
+
+    def sources(self) -> Dict[str, str]:
+        return dict(self._sources)
+
+    def findings(self) -> List[Finding]:
+        """What each side's import changed, and the device against its catalog entry."""
+        return list(self.session_findings) + list(self.catalog)
+
+    # -- the memory plan -------------------------------------------------------------------------
+    def plan_memory(self, run_seed: int) -> MemoryPlan:
+        """One plain call of the baseline on the first case, and the plan from it."""
+        case = self.lm.manifest.cases[0]
+        probe = self.b.request("probe", params=dict(case.params), seed=preflight.derive_seed(run_seed, case.name,
+                                                                                            "probe"))
+        self.evidence["probe"] = {k: v for k, v in probe.items() if k != "raised"}
+        if probe.get("oom"):
+            from ..core.errors import OutOfMemoryPlan
+
+            raise OutOfMemoryPlan(f"{self.lm.path} [case {case.name}]", self.device,
+                                  int(probe.get("needed_bytes") or 0), int(probe.get("free") or 0),
+                                  f"the baseline's own call raised {probe.get('raised', 'out of memory')}: run it on "
+                                  "a device with more memory, free the device of other work, or declare a smaller case")
+        self.memory = plan(probe, input_sets=self.settings.measure.input_sets, l2_bytes=probe.get("l2_bytes"))
+        self.b.request("configure", clone_for_baseline=self.memory.clone_for_baseline,
+                       reference=self.memory.reference)
+        return self.memory
+
+    def neighbours(self, case: Optional[str]) -> List[Finding]:
+        """Other processes with a context on the run's GPU (checks.activity.gpu_neighbours):
+        one the run started (a daemon doing the candidate's work) is invalid; another job
+        sharing the GPU a warning."""
+        import os
+
+        from ..checks.activity import gpu_neighbours
+
+        pids = [p for p in (self.b.pid(), self.c.pid()) if p]
+        if not pids:
+            return []
+        index = int((self.gpu or {}).get("index") or 0)
+        visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        if visible and index < len(visible) and visible[index].strip().isdigit():
+            index = int(visible[index])
+        return list(gpu_neighbours(index, [os.getpid(), *pids], min(pids), case=case))
+
+    def adopt_memory(self, memory: Optional[MemoryPlan]) -> None:
+        """A later replicate's pair takes the first pair's plan (measured once per run)."""
+        self.memory = memory
+        if memory is not None:
+            self.b.request("configure", clone_for_baseline=memory.clone_for_baseline, reference=memory.reference)
+
+    # -- the preflight ----------------------------------------------------------------------------
+    def preflight(self, run_seed: int, *, identity: bool = True) -> PreflightResult:
+        try:
+            return self._preflight(run_seed, identity)
+        except ChannelError as e:
+            return PreflightResult(tuple(self.tell(e, "during the preflight")), ())
+
+    def _preflight(self, run_seed: int, identity: bool) -> PreflightResult:
+        m, s = self.lm.manifest, self.settings.oracle
+        defended = self.settings.defences.enabled
+        findings: List[Finding] = []
+        identities: List[IdentitySummary] = []
+        runs = preflight.expand_cases(m.cases, m.inputs.free, s.edge_cases)
+        checked: List[str] = []
+        for run in runs:
+            trials = s.trials if run.declared else 1
+            failed = False
+            skipped = False
+            for trial in range(trials):
+                verdict = self._trial(run, trial, run_seed, defended)
+                findings += verdict.findings
+                if verdict.skip:
+                    skipped = True
+                    break
+                if verdict.failed:
+                    failed = True
+                    break
+            if not skipped:
+                checked.append(run.name)
+            if identity and not failed and not skipped:
+                got, summary = self._identity(run, run_seed)
+                findings += got
+                if summary is not None:
+                    identities.append(summary)
+        for ep in (self.b, self.c):
+            findings += _findings(ep.request("finish_preflight"))
+        return PreflightResult(tuple(findings), tuple(checked), tuple(identities))
+
+    def _trial(self, run: CaseRun, trial: int, run_seed: int, defended: bool) -> "_Trial":
+        b, c = self.b, self.c
+        seed = preflight.derive_seed(run_seed, run.name, trial)
+        params = dict(run.params)
+        cand_first = defended and trial % 2 == 1
+        where = f"(trial {trial}{', candidate ran first' if cand_first else ''}, params {params})"
+        out = _Trial()
+        ci = c.request("trial_inputs", params=params, seed=seed)
+
+        def expect() -> bool:
+            rep = b.request("expect", case=run.name, params=params, seed=seed, first=trial == 0,
+                            cand_inputs=ci["inputs"])
+            out.findings += _findings(rep)
+            if "raised" in rep:
+                if run.declared:
+                    raise ExpkitError(f"{self.lm.path}: the baseline raised {rep['raised']} on its own inputs for case "
+                                      f"{run.name!r} (params {params}): the reference must run on the cases it "
+                                      "declares; fix the baseline or the case")
+                out.findings.append(Finding("edge-case", True, f"skipped: the baseline itself raised {rep['raised']} at "
+                                            f"params {params}, so these sizes are outside what it computes",
+                                            run.name, severity=WARNING))
+                out.skip = True
+                return False
+            return True
+
+        if not cand_first and not expect():
+            return out
+        cc = c.request("trial_call", case=run.name, params=params, poison=True)
+        out.findings += _findings(cc)
+        if "raised" in cc:
+            if cc.get("oom"):
+                out.findings.append(self._oom_finding(run, cc["raised"]))
+            else:
+                out.findings.append(Finding("crash", False, f"candidate raised {cc['raised']} on params {params}",
+                                            run.name))
+            out.failed = True
+            b.request("release")
+            return out
+        if cand_first and not expect():
+            return out
+        if any(not f.ok and f.invalidates for f in out.findings):
+            out.failed = True
+        if "defect" in cc:
+            out.findings.append(Finding("output", False, cc["defect"], run.name))
+            out.failed = True
+            b.request("release")
+            return out
+        j = b.request("judge", case=run.name, params=params, trial=trial, declared=run.declared,
+                      calibrate=self.settings.oracle.calibrate, inputs=ci["inputs"], outputs=cc["outputs"],
+                      where=where)
+        judged = _findings(j)
+        if j.get("poison_only") and defended:
+            rr = c.request("rerun")
+            if "outputs" in rr and b.request("poison_check", outputs=rr["outputs"],
+                                             first_outputs=cc["outputs"])["uninitialised"]:
+                judged = [_uninitialised(f, where) if f.check.startswith("oracle:") and not f.ok else f
+                          for f in judged]
+        out.findings += judged
+        if any(not f.ok and f.invalidates for f in judged):
+            out.failed = True
+        b.request("release")
+        return out
+
+    def _oom_finding(self, run: CaseRun, error: str) -> Finding:
+        probe = self.evidence.get("probe", {})
+        return Finding(MEMORY, False, f"the candidate ran out of memory at params {dict(run.params)} ({error}) where "
+                       f"the baseline's plain call peaked at {_gib(probe.get('peak_bytes'))} with "
+                       f"{_gib(probe.get('free'))} free", run.name, figure=probe.get("peak_bytes"),
+                       threshold=probe.get("free"))
+
+    def _identity(self, run: CaseRun, run_seed: int) -> Tuple[List[Finding], Optional[IdentitySummary]]:
+        seed = preflight.derive_seed(run_seed, run.name, "identity")
+        params = dict(run.params)
+        self.c.send("profile", case=run.name, params=params, seed=seed)
+        self.b.send("profile", case=run.name, params=params, seed=seed)
+        cp, bp = self.c.receive(), self.b.receive()
+        if "raised" in cp:
+            return [Finding("crash", False, f"candidate raised {cp['raised']} while profiled", run.name)], None
+        if "raised" in bp:
+            return [Finding("baseline", False, f"baseline raised {bp['raised']} while profiled", run.name)], None
+        ct, bt = trace_from_dict(cp["trace"]), trace_from_dict(bp["trace"])
+        watched: List[Finding] = []
+        if not self.isolated:  # one process: the candidate's side watches what the baseline calls
+            watched = _findings(self.c.request("watch", names=sorted({o.name for o in bt.ops})))
+        found = expectations.check_expectations(self.lm.manifest.expect, ct, bt, harness_stream=ct.harness_stream)
+        out = [Finding(f.check, f.ok, f.message, run.name, severity=getattr(f, "severity", "invalid"))
+               for f in found if not f.ok or run.declared]
+        out += list(target_findings(self.lm, ct, run.name)) + watched
+        swallowed = cp.get("swallowed") or []
+        if swallowed and any(not f.ok and f.check in ("identity", "forbidden") for f in out):
+            name, msg, fname, line = swallowed[0]
+            out.append(Finding(FALLBACK, False, f"the candidate caught {name}({msg!r}) raised at {fname}:{line} and "
+                               "went on without the intended kernel: a silent fallback", run.name))
+        summary = IdentitySummary(run.name, tuple(o.name for o in ct.top_level_ops()),
+                                  tuple(o.name for o in bt.top_level_ops()),
+                                  tuple(kernel_row(k) for k in ct.kernels), tuple(kernel_row(k) for k in bt.kernels))
+        return out, summary
+
+    # -- model-level oracles ---------------------------------------------------------------------
+    def model_oracles(self) -> List[Finding]:
+        """Each side's model logits in its own process, judged in the baseline's; a failure's
+        location found by the candidate's process replaying the baseline's record."""
+        from ..checks.model_oracles import specs
+        from .model_side import locate
+
+        if not specs(self.lm):
+            return []
+        try:
+            self.b.send("model_oracles", step="logits")
+            self.c.send("model_oracles", step="logits")
+            self.b.receive()
+            theirs = self.c.receive()
+            j = self.b.request("model_oracles", step="judge", keys=theirs["keys"])
+            out = []
+            located: Dict[str, str] = {}
+            for f, key in zip(_findings(j), j["keys"]):
+                if not f.ok and key:
+                    if key not in located:
+                        located[key] = locate(self, key)
+                    f = Finding(f.check, f.ok, f"{f.message}; {located[key]}", f.case, figure=f.figure,
+                                threshold=f.threshold)
+                out.append(f)
+            self.c.request("model_oracles", step="release")
+            return out
+        except ChannelError as e:
+            return self.tell(e, "during the model oracles")
+
+    # -- the workload ---------------------------------------------------------------------------
+    def end_to_end(self, run_seed: int) -> Dict[str, Any]:
+        """The workload's raw data from both sides (:func:`.workload_side.collect_pair`)."""
+        from .workload_pair import collect_pair
+
+        try:
+            return collect_pair(self, run_seed)
+        except ChannelError as e:
+            return {"skipped": "the channel to a worker failed", "evidence": {},
+                    "findings": [asdict(f) for f in self.tell(e, "during the end-to-end workload")]}
+
+    # -- measurement ---------------------------------------------------------------------------
+    def sides(self, case: Any, run_seed: int) -> "CaseSides":
+        """The measurement loop's two sides of ``case`` and the timer between them."""
+        mem = self.memory or MemoryPlan(self.settings.measure.input_sets)
+        for ep in (self.b, self.c):
+            ep.send("prepare", case=case.name, run_seed=run_seed, salt_seed=secrets.randbits(62),
+                    input_sets=mem.input_sets, keep_pristine=mem.keep_pristine)
+        rb, rc = self.b.receive(), self.c.receive()
+        sides = CaseSides(self, case.name)
+        # The timer's account: the candidate's, unless the baseline's fell back (then a
+        # figure the two sides do not share would be compared; the case is judged on the
+        # figure both have, timing.figures.judged).
+        infos = [i for i in (rc.get("info"), rb.get("info")) if i]
+        fell = [i for i in infos if i.get("fallback")]
+        sides.timer.info = _timer_info((fell or infos or [None])[0])
+        return sides
+
+    def close(self, out_dir: Optional[Path] = None) -> List[Finding]:
+        out: List[Finding] = []
+        for ep in (self.c, self.b):
+            out += ep.close(out_dir, self.evidence)
+        return out
+
+
+def _timer_info(d: Optional[Mapping[str, Any]]) -> Any:
+    if not d:
+        return None
+    from ..timing.timer import TimerInfo
+
+    return TimerInfo.coerce(d)
+
+
+class _Trial:
+    def __init__(self) -> None:
+        self.findings: List[Finding] = []
+        self.failed = False
+        self.skip = False
+
+
+def _uninitialised(f: Finding, where: str) -> Finding:
+    return Finding(UNINITIALISED, False,
+                   "NaN where the baseline is finite, within the oracle everywhere else, and not NaN when run again "
+                   "without poison: new allocations are NaN-filled while the candidate runs, so these elements were "
+                   f"never written or were computed from uninitialised memory; {f.message}", f.case,
+                   figure=f.figure, threshold=f.threshold)
+
+
+class CaseSides:
+    """One case's two sides for the measurement loop, and the parent's timer over them.
+
+    Every block goes to its side's worker in the loop's order (the loop interleaves
+    the sides round by round); the parent times each request on its own clock for the
+    envelope check. A candidate block the recheck policy picked comes back with one
+    call's output and inputs exported, which the baseline's worker re-checks before
+    the next block starts."""
+
+    def __init__(self, pair: Pair, case: str) -> None:
+        self.pair, self.case = pair, case
+        d = pair.settings.defences
+        self.timer = SessionTimer(self._run_blocks, d, envelope=pair.isolated,
+                                  policy=RecheckPolicy(d) if d.enabled else _NoRecheck(d))
+        self.baseline = SideFn(BASELINE, self._warm, self._call)
+        self.candidate = SideFn(CANDIDATE, self._warm, self._call)
+
+    def _ep(self, side: str) -> Any:
+        return self.pair.b if side == BASELINE else self.pair.c
+
+    def _warm(self, side: str, seconds: float) -> None:
+        self._ep(side).request("warm_up", seconds=seconds)
+
+    def _call(self, side: str) -> None:
+        self._ep(side).request("call")
+
+    def _run_blocks(self, requests: Sequence[Tuple[str, int, Optional[int]]]) -> Dict[str, Any]:
+        """Each block from its side's worker, in order; the batch's transport latency from
+        the workers' stamps.
+
+        A worker stamps its block's start and end on the harness's clock, which is the
+        system's monotonic clock (``time.perf_counter``) and so the parent's too. For an
+        honest worker each block's stamps lie inside the parent's send-to-receive window,
+        and what lies outside them is the channel's latency (on a loaded machine,
+        milliseconds a request), which no worker accounts for. Stamps outside the window
+        mean the worker's clock is not the parent's: that block's latency counts as
+        unexplained, and the envelope check sees it."""
+        blocks = []
+        wall = latency = 0.0
+        last_only = self.pair.memory is not None and not self.pair.memory.keep_pristine
+        for side, number, keep in requests:
+            if keep is not None and last_only:
+                keep = int(number) - 1  # no pristine copy: only the last call's inputs stay as they were
+            sent = CLOCK()
+            rep = self._ep(side).request("block", number=int(number), recheck=keep)
+            got = CLOCK()
+            t0, t1 = rep.get("t0"), rep.get("t1")
+            if t0 is not None and t1 is not None and sent <= t0 <= t1 <= got:
+                latency += (t0 - sent) + (got - t1)
+            kept = rep.pop("kept", None)
+            if kept is not None:
+                t0 = CLOCK()
+                got = self.pair.b.request("recheck", case=self.case, kept=kept)
+                self.pair.c.request("release")
+                spent = CLOCK() - t0
+                rep["findings"] = list(rep.get("findings", ())) + list(got["findings"])
+                rep["recheck"] = spent
+                rep["wall"] = rep["wall"] + spent
+            blocks.append(rep)
+            wall += rep["wall"]
+        return {"blocks": blocks, "wall": wall, "latency": latency}
+
+    def finish(self) -> List[Finding]:
+        done: List[Finding] = []
+        for ep in (self.pair.b, self.pair.c):
+            done += _findings(ep.request("finish_case"))
+        if self.pair.device == "cuda" and self.pair.isolated:
+            done += self.pair.neighbours(self.case)
+        d = self.pair.settings.defences
+        self.pair.evidence.setdefault("envelope", {})[self.case] = envelope_counts(self.timer.accounts, d)
+        return self.timer.findings + envelope_findings(self.case, self.timer.accounts, d) + done
+
+
+class _NoRecheck(RecheckPolicy):
+    def pick(self, side: str, number: int) -> Optional[int]:
+        return None
+
+
+def open_pair(lm: Any, settings: Settings, device: str) -> Pair:
+    """The two sides of this run: worker processes when the defences isolate, else in-process."""
+    from .fresh import FRESH_MODES
+
+    d = settings.defences
+    if d.fresh not in FRESH_MODES:
+        from ..core.errors import ConfigError
+
+        raise ConfigError(f"defences.fresh: expected one of {', '.join(FRESH_MODES)}, got {d.fresh!r}")
+    return Pair(lm, settings, device)

@@ -1,0 +1,103 @@
+"""The measurement's replicates (``measure.processes``): one pair of worker processes each.
+
+The loop in :mod:`expkit.timing.measure` asks for replicate ``r`` and, per case, for its
+two sides; this module opens the pairs (the preflight's first, then a fresh one per
+replicate), keeps NVML's clock log per case and replicate on the GPU, and collects the
+findings each pair's workers report when a case or a replicate ends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from ..core.findings import Finding
+from ..manifest.settings import Settings
+from ..manifest.spec import LoadedManifest
+from ..timing import measure
+from .pair import Pair, open_pair
+
+
+def _telemetry(device: str) -> Any:
+    if device != "cuda":
+        return None
+    from ..timing import telemetry
+
+    return telemetry.for_device(device)
+
+
+class Replicates:
+    """The measurement's replicates (``measure.processes``): the preflight's pair of workers
+    first, then a fresh pair per replicate, each started like the first (hello, the
+    memory plan's settings), with NVML's clock log per case and replicate (GPU)."""
+
+    def __init__(self, lm: LoadedManifest, settings: Settings, device: str, first: Pair, run_seed: int,
+                 memory: Any, out_dir: Path) -> None:
+        self.lm, self.settings, self.device, self.first = lm, settings, device, first
+        self.run_seed, self.memory, self.out_dir = run_seed, memory, out_dir
+        self.findings: List[Finding] = []
+        self.tel = _telemetry(device)
+        self.logs: Dict[str, List[Any]] = {}
+
+    def open(self, r: int) -> "_Replicate":
+        if r == 0:
+            return _Replicate(self, self.first, r)
+        pair = open_pair(self.lm, self.settings, self.device)
+        pair.adopt_memory(self.memory)
+        self.findings += pair.findings()
+        return _Replicate(self, pair, r)
+
+    def flags(self, name: str, cs: measure.CaseSamples) -> List[bool]:
+        """Samples taken at a low SM clock (GPU), each against its own replicate's log."""
+        logs = self.logs.get(name) or []
+        if self.tel is None or not logs:
+            return [False] * len(cs.samples)
+        out = []
+        for s in cs.samples:
+            log = logs[s.replicate] if s.replicate < len(logs) else None
+            out.append(bool(log is not None and self.tel.flag(log, [(s.t_start, s.t_end)])[0]))
+        return out
+
+    def describe(self, name: str, flags: List[bool]) -> Optional[str]:
+        logs = [g for g in (self.logs.get(name) or []) if g is not None]
+        return self.tel.describe(logs[0], flags) if self.tel is not None and logs else None
+
+
+class _Replicate:
+    """One replicate as the measurement loop sees it (``timing.measure.Replicate``)."""
+
+    def __init__(self, owner: Replicates, pair: Pair, r: int) -> None:
+        self.owner, self.pair, self.r = owner, pair, r
+        self._sides: Dict[str, Any] = {}
+        self._window = False
+
+    def _stop_window(self) -> Any:
+        o = self.owner
+        if o.tel is None or not self._window:
+            return None
+        self._window = False
+        return o.tel.stop()
+
+    def sides(self, case: str) -> Any:
+        o = self.owner
+        self._stop_window()  # a case that raised left its window open
+        if o.tel is not None:
+            o.tel.start()
+            self._window = True
+        spec = next(c for c in o.lm.manifest.cases if c.name == case)
+        self._sides[case] = self.pair.sides(spec, o.run_seed)
+        return self._sides[case]
+
+    def finish(self, case: str) -> None:
+        o = self.owner
+        o.findings += self._sides.pop(case).finish()
+        log = self._stop_window()
+        if log is not None:
+            logs = o.logs.setdefault(case, [])
+            logs += [None] * (self.r - len(logs))  # a replicate with no log for this case
+            logs.append(log)
+
+    def close(self) -> None:
+        o = self.owner
+        self._stop_window()
+        if self.r > 0:  # the first pair stays open for the end-to-end workload; closed by the run
+            o.findings += self.pair.close(o.out_dir)

@@ -1,0 +1,124 @@
+"""Requests to one side, answered with plain data: the same code in a worker or in-process.
+
+:class:`Server` wraps a :class:`~.side.SideBench` (and, on the baseline's side, its
+:class:`~.judge.Judge`) and answers the parent's requests by name. The worker process
+(:mod:`.worker`) feeds it messages from the channel; the in-process pair
+(:class:`~.endpoint.LocalEndpoint`) calls it directly. Either way nothing but JSON-able
+data comes back, so the parent cannot tell the two apart.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from typing import Any, Callable, Dict, Mapping, Optional
+
+from .judge import Judge
+from .side import BASELINE, SideBench
+
+
+class UnknownRequest(Exception):
+    pass
+
+
+class Server:
+    """One side's answers to the parent (see the module docstring)."""
+
+    def __init__(self, side: SideBench) -> None:
+        self.side = side
+        self.judge: Optional[Judge] = Judge(side) if side.role == BASELINE else None
+        self._ops: Dict[str, Callable[[Mapping[str, Any]], Dict[str, Any]]] = {
+            "hello": self._hello, "ping": lambda m: {}, "probe": self._probe, "configure": self._configure,
+            "trial_inputs": lambda m: self.side.trial_inputs(m["params"], int(m["seed"])),
+            "trial_call": lambda m: self.side.trial_call(m["case"], m["params"], bool(m.get("poison", True))),
+            "rerun": lambda m: self.side.rerun(),
+            "expect": lambda m: self._judge().expect(m["case"], m["params"], int(m["seed"]), bool(m["first"]),
+                                                     m.get("cand_inputs")),
+            "judge": lambda m: self._judge().judge(m["case"], m["params"], int(m["trial"]), bool(m["declared"]),
+                                                   bool(m["calibrate"]), m["inputs"], m["outputs"], m["where"]),
+            "poison_check": lambda m: {"uninitialised": self._judge().poison_check(m["outputs"],
+                                                                                   m["first_outputs"])},
+            "release": self._release,
+            "profile": lambda m: self.side.profile(m["case"], m["params"], int(m["seed"])),
+            "finish_preflight": self._finish_preflight,
+            "watch": lambda m: self.side.watch(list(m["names"])),
+            "prepare": lambda m: self.side.prepare(m["case"], int(m["run_seed"]), int(m["salt_seed"]),
+                                                   int(m["input_sets"]), bool(m.get("keep_pristine", True))),
+            "warm_up": lambda m: self.side.warm_up(float(m["seconds"])) or {},
+            "call": lambda m: self.side.call() or {},
+            "block": lambda m: self.side.block(int(m["number"]), m.get("recheck")),
+            "recheck": self._recheck,
+            "finish_case": lambda m: {"findings": [asdict(f) for f in self.side.finish_case()]},
+            "model_oracles": self._model_oracles,
+            "end_to_end": self._end_to_end,
+        }
+
+    def _judge(self) -> Judge:
+        if self.judge is None:
+            raise UnknownRequest("only the baseline's worker judges")
+        return self.judge
+
+    def handle(self, msg: Mapping[str, Any]) -> Dict[str, Any]:
+        op = msg.get("op")
+        fn = self._ops.get(str(op))
+        if fn is None:
+            raise UnknownRequest(f"unknown request {op!r}")
+        return fn(msg)
+
+    # -- requests with more to them ---------------------------------------------------------
+    def _hello(self, m: Mapping[str, Any]) -> Dict[str, Any]:
+        from .environment import gpu_info
+
+        reply = {"findings": [asdict(f) for f in self.side.session_findings], "sources": self.side.sources(),
+                 "pid": os.getpid(), "gpu": None, "catalog": []}
+        if m.get("environment"):
+            reply["gpu"] = gpu_info(self.side.device)
+            if self.side.device == "cuda" and reply["gpu"].get("name"):
+                from ..checks.target import catalog_mismatches
+
+                reply["catalog"] = [asdict(f) for f in catalog_mismatches()]
+        return reply
+
+    def _probe(self, m: Mapping[str, Any]) -> Dict[str, Any]:
+        got = self.side.probe(m["params"], int(m["seed"]))
+        if self.side.device == "cuda":
+            import torch
+
+            got["l2_bytes"] = int(torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size)
+        else:
+            from .memory import host_last_level_cache
+
+            got["l2_bytes"] = host_last_level_cache()
+        return got
+
+    def _configure(self, m: Mapping[str, Any]) -> Dict[str, Any]:
+        if self.judge is not None:
+            self.judge.configure(bool(m["clone_for_baseline"]), str(m["reference"]))
+        return {}
+
+    def _release(self, m: Mapping[str, Any]) -> Dict[str, Any]:
+        if self.judge is not None:
+            self.judge.release()
+        self.side.release()
+        return {}
+
+    def _finish_preflight(self, m: Mapping[str, Any]) -> Dict[str, Any]:
+        if self.judge is not None:
+            self.judge.finish()
+        return self.side.finish_preflight()
+
+    def _recheck(self, m: Mapping[str, Any]) -> Dict[str, Any]:
+        case = self.side.case
+        template = case.fresh.sets[0] if case is not None else ()
+        found = self._judge().recheck(m["case"], m["kept"], template)
+        return {"findings": [asdict(f) for f in found]}
+
+    def _model_oracles(self, m: Mapping[str, Any]) -> Dict[str, Any]:
+        from .model_side import model_request
+
+        return model_request(self.side, self.judge, m)
+
+    def _end_to_end(self, m: Mapping[str, Any]) -> Dict[str, Any]:
+        from .workload_side import workload_request
+
+        return workload_request(self.side, self.judge, m)

@@ -1,0 +1,498 @@
+"""One side of a claim in a process of its own: its code, its inputs, its calls.
+
+The baseline and the candidate never share a Python interpreter while either is
+checked or measured (issue #13): a candidate that monkeypatches a torch function only
+the baseline uses, or changes a process-wide setting and restores it, would otherwise
+make the baseline alone pay. Each side is a :class:`SideBench` in its own worker
+process (:mod:`.worker`); the parent's :class:`~.pair.Pair` drives the two. A
+:class:`SideBench` imports only its own callable and the input factory (and, for the
+baseline, the manifest's custom oracles, since the baseline's process judges).
+
+Construction takes the snapshots (process-wide settings, the functions the harness
+relies on, live threads) *before* the side's code is imported, then compares: a
+module that patches something at import is reported there.
+
+Everything a request returns is plain data; tensors leave the process only as
+descriptors (:mod:`.transport`). The requests, by phase:
+
+* preflight: ``trial_inputs`` (build a trial's inputs and export them),
+  ``trial_call`` (run the side once under poisoned allocations with the thread,
+  setting and tamper checks, export the outputs), ``rerun`` (again without poison,
+  for the ``uninitialised`` diagnosis), ``profile`` (one warm call under the profiler,
+  the trace as plain data);
+* measurement: ``prepare`` (input sets for a case, by the memory plan), ``warm_up``,
+  ``call``, ``block`` (one timed block, with fresh inputs before each call and, when
+  the parent asks, one call kept for the recheck and exported), ``finish_case``;
+* memory: ``probe`` (one plain call: input, output and peak bytes, free memory).
+
+The baseline's process also answers the judging requests of :mod:`.judge`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+import threading
+from dataclasses import asdict
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from ..checks import oracles, preflight
+from ..checks.activity import (THREADS, Activity, ResourceAccount, activity, settle, child_pids, new_activity,
+                               parked_new_threads)
+from ..checks.global_state import GLOBAL_STATE, snapshot_state, state_changes
+from ..core.findings import WARNING, Finding
+from ..manifest.settings import Settings
+from .clock import CLOCK
+from .fallback import ExceptionWitness, candidate_files
+from .fresh import FreshInputs
+from .tamper import TAMPER, FunctionSnapshot
+from .traces import trace_to_dict
+from .transport import Exporter
+
+BASELINE, CANDIDATE = "baseline", "candidate"
+ROLES = (BASELINE, CANDIDATE)
+
+#: Every expkit module a side may use (relative to ``expkit``), imported before the
+#: snapshot so that it covers them.
+HARNESS_MODULES = ("checks.preflight", "timing.measure", "checks.oracles", "timing.timer", "timing.cuda_timer",
+                   "checks.expectations", "checks.trace", "checks.identity", "checks.digest", "bench.channel",
+                   "bench.worker", "bench.transport", "bench.judge", "bench.environment", "manifest.refs",
+                   "workload.collect", "checks.model_oracles", "timing.kernel_time", "timing.cupti_recorder",
+                   "timing.per_call", "timing.factory")
+
+
+def _harness_modules() -> None:
+    for name in HARNESS_MODULES:
+        try:
+            importlib.import_module(f"expkit.{name}")
+        except Exception:
+            pass
+
+
+def resolve_side(lm: Any, role: str) -> Tuple[Callable[..., Any], Callable[..., Any], Dict[int, Any]]:
+    """This side's callable, the input factory and (baseline only) the custom oracles.
+
+    Only what this side needs is imported: the candidate's module is never imported in
+    the baseline's process, and the custom oracles (which judge) never in the
+    candidate's."""
+    from ..manifest.refs import resolve
+
+    m = lm.manifest
+    if getattr(m, "kernelbench", None) is not None:  # a KernelBench-style pair brings both sides and inputs
+        from ..manifest import kernelbench
+
+        fn, factory = kernelbench.side(lm, role)
+    else:
+        fn = resolve(getattr(m, role), lm.folder, manifest_path=lm.path, key=role)
+        factory = resolve(m.inputs.factory, lm.folder, manifest_path=lm.path, key="inputs.factory")
+    custom: Dict[int, Any] = {}
+    if role == BASELINE:
+        custom = {i: resolve(o.function, lm.folder, manifest_path=lm.path, key=f"oracles[{i}].function")
+                  for i, o in enumerate(m.oracles) if o.function}
+    return fn, factory, custom
+
+
+def set_cpu_threads(threads: Optional[int]) -> None:
+    """Pin torch's intra-op threads for a run (``measure.cpu_threads``; null leaves torch's own).
+
+    On a shared machine with more runnable threads than cores, torch's OpenMP workers spin
+    and wait on each other, and a multi-threaded op can slow by an order of magnitude while
+    a single-threaded one barely moves (seen on this project's 2-core CI kind under load:
+    a row-wise GEMV 16 ms with 2 threads, 0.16 ms with 1). A ratio of two such ops then
+    measures the machine's load, not the code; one thread per run keeps it about the code.
+    """
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(int(threads))
+
+
+def _short_error(e: BaseException) -> str:
+    return preflight.short_error(e)
+
+
+class SideBench:
+    """One side's code and the defences around it (see the module docstring)."""
+
+    def __init__(self, lm: Any, settings: Settings, device: str, role: str,
+                 fn: Optional[Callable[..., Any]] = None, factory: Optional[Callable[..., Any]] = None,
+                 local: bool = False) -> None:
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        _harness_modules()
+        self.lm, self.settings, self.device, self.role = lm, settings, device, role
+        self.defended = settings.defences.enabled
+        set_cpu_threads(settings.measure.cpu_threads)  # before the snapshot: the harness's own choice
+        self.state0 = snapshot_state()
+        self.funcs0 = FunctionSnapshot.take()
+        self._told: set = set()
+        self.activity0 = activity()
+        if fn is None:
+            self.fn, self.factory, self.custom = resolve_side(lm, role)
+        else:  # given (tests, the in-process pair): nothing of this side's to import
+            self.fn, self.custom = fn, {}
+            self.factory = factory if factory is not None else _no_factory
+        self.session_findings: List[Finding] = []
+        if self.defended:
+            self.session_findings += self.tamper_findings(f"once the {role}'s code was imported", None)
+        self.exporter = Exporter(local=local)
+        self.witness: Any = self.fn
+        if self.defended and role == CANDIDATE:
+            self.witness = ExceptionWitness(self.fn, candidate_files(self.fn, lm.folder))
+        self.trial_inputs_: Tuple[Any, ...] = ()
+        self.trial_outputs: Any = None
+        self.held: Tuple[Any, ...] = ()  # the previous trial's tensors, kept alive on purpose
+        self.case: Optional[CaseState] = None
+
+    # -- the defences every phase shares -------------------------------------------------
+    def tamper_findings(self, when: str, case: Optional[str], *, hot_only: bool = False) -> List[Finding]:
+        """Changes since the snapshot that no earlier checkpoint has reported (each once)."""
+        out = []
+        replaced = [r for r in self.funcs0.changed(hot_only=hot_only) if r not in self._told]
+        self._told.update(replaced)
+        if replaced:
+            out.append(Finding(TAMPER, False, f"functions the harness relies on were changed {when}: "
+                               + ", ".join(replaced[:6]) + (f" and {len(replaced) - 6} more" if len(replaced) > 6
+                                                            else ""), case))
+        changes = [c for c in state_changes(self.state0, snapshot_state()) if c not in self._told]
+        self._told.update(changes)
+        if changes:
+            out.append(Finding(GLOBAL_STATE, False, f"settings that change numerics or speed were changed {when}: "
+                               + "; ".join(changes[:6]), case))
+        return out
+
+    def sources(self) -> Dict[str, str]:
+        from .environment import source_hashes
+
+        return source_hashes([self.fn, self.factory])
+
+    def inputs(self, params: Mapping[str, Any], seed: int) -> Tuple[Any, ...]:
+        return preflight.build_inputs(self.factory, params, seed, self.device, self.lm)
+
+    # -- preflight ------------------------------------------------------------------------
+    def trial_inputs(self, params: Mapping[str, Any], seed: int) -> Dict[str, Any]:
+        """Build one trial's inputs; the candidate's are placed in shared memory and exported."""
+        self.exporter.release_exports()
+        self.trial_outputs = None
+        args = self.inputs(params, seed)
+        if self.role == CANDIDATE:
+            args = tuple(self.exporter.place(a) for a in args)
+        self.trial_inputs_ = args
+        descs = self.exporter.export([a for a in args if _is_tensor(a)])
+        return {"inputs": descs, "positions": [i for i, a in enumerate(args) if _is_tensor(a)]}
+
+    def trial_call(self, case: str, params: Mapping[str, Any], poison: bool = True) -> Dict[str, Any]:
+        """One checked call on this trial's inputs; the outputs exported for the judge."""
+        import torch
+
+        found: List[Finding] = []
+        args = self.trial_inputs_ if self.role == CANDIDATE else preflight.clone_inputs(self.trial_inputs_)
+        state_before = snapshot_state() if self.defended else None
+        active_before = activity() if self.defended else None
+        try:
+            with (preflight.poisoned_allocations() if poison and self.defended else _nothing()):
+                out = preflight.call_synced(self.witness if self.role == CANDIDATE else self.fn, args)
+        except Exception as e:
+            oom = isinstance(e, torch.OutOfMemoryError)
+            return {"raised": _short_error(e), "oom": oom, "findings": []}
+        if self.defended:
+            grown = new_activity(active_before, activity())
+            if grown:
+                found.append(Finding(THREADS, False, grown, case))
+            changed = state_changes(state_before, snapshot_state())
+            if changed:
+                found.append(Finding(GLOBAL_STATE, False, f"the {self.role} changed settings that change numerics "
+                                     "or speed: " + "; ".join(changed[:6]), case))
+        defect = preflight.output_defects(out, self.trial_inputs_, (), harness=self.held)
+        if defect:
+            return {"defect": defect, "findings": [asdict(f) for f in found]}
+        outs = oracles.flatten(out)
+        self.held = tuple(t for t in self.trial_inputs_ if _is_tensor(t)) + tuple(outs)
+        self.trial_outputs = out
+        return {"outputs": self.exporter.export(list(outs)), "structure": _structure(out),
+                "findings": [asdict(f) for f in found]}
+
+    def rerun(self) -> Dict[str, Any]:
+        """The call again on a copy of the trial's inputs, without poison, after handing the
+        allocator zero-filled blocks of the sizes in play (see ``uninitialised``)."""
+        import torch
+
+        outs = oracles.flatten(self.trial_outputs) if self.trial_outputs is not None else ()
+        sizes = {(tuple(t.shape), t.dtype, t.device) for t in list(outs) + [v for v in self.trial_inputs_ if _is_tensor(v)]}
+        scrub = [torch.zeros(shape, dtype=dtype, device=dev) for shape, dtype, dev in sizes for _ in range(8)]
+        del scrub
+        try:
+            again = preflight.call_synced(self.fn, preflight.clone_inputs(self.trial_inputs_))
+        except Exception as e:
+            return {"raised": _short_error(e)}
+        self._rerun = again  # kept alive until the next trial
+        return {"outputs": self.exporter.export(list(oracles.flatten(again)))}
+
+    def profile(self, case: str, params: Mapping[str, Any], seed: int) -> Dict[str, Any]:
+        """One call under the profiler, after one unprofiled call on other inputs of the
+        same shapes (steady state: a compiled side has compiled, lazy initialisation is
+        done, and nothing the profiled call computes was computed before), as a
+        plain-data trace."""
+        from ..checks import trace
+
+        warm = self.inputs(params, preflight.derive_seed(seed, "warm"))
+        args = self.inputs(params, seed)
+        fn = self.witness if self.role == CANDIDATE else self.fn
+        try:
+            preflight.call_synced(self.fn, warm)
+            del warm
+            _, tr = trace.capture(lambda: fn(*args), cuda=self.device == "cuda")
+        except Exception as e:
+            return {"raised": f"{type(e).__name__}: {e}"}
+        swallowed = list(getattr(self.witness, "swallowed", ())) if self.role == CANDIDATE else []
+        return {"trace": trace_to_dict(tr), "swallowed": [list(s) for s in swallowed]}
+
+    def watch(self, op_names: List[str]) -> Dict[str, Any]:
+        """Watch the torch callables the baseline's trace reaches, as they are now (where the
+        two sides share a process, a patch of one the baseline alone uses is then tamper)."""
+        from .tamper import torch_callables_for
+
+        odd = self.funcs0.watch(torch_callables_for(op_names))
+        found = [Finding(TAMPER, False, "torch callables the baseline uses are not torch's own: " + ", ".join(odd[:6]))
+                 ] if odd and self.defended else []
+        return {"findings": [asdict(f) for f in found]}
+
+    def finish_preflight(self) -> Dict[str, Any]:
+        self.exporter.release_exports()
+        self.trial_inputs_, self.trial_outputs, self.held = (), None, ()
+        found = self.tamper_findings("during the preflight", None) if self.defended else []
+        return {"findings": [asdict(f) for f in found]}
+
+    # -- memory ---------------------------------------------------------------------------
+    def probe(self, params: Mapping[str, Any], seed: int) -> Dict[str, Any]:
+        """One plain call of this side: bytes of inputs and outputs, peak bytes above the
+        starting point, and the device's free memory (the memory plan's evidence)."""
+        from .memory import measure_call
+
+        return measure_call(self.fn, lambda: self.inputs(params, seed), self.device)
+
+    # -- measurement ----------------------------------------------------------------------
+    def prepare(self, case_name: str, run_seed: int, salt_seed: int, input_sets: int,
+                keep_pristine: bool = True) -> Dict[str, Any]:
+        case = next(c for c in self.lm.manifest.cases if c.name == case_name)
+        self.exporter.release_exports()
+        self.case = CaseState(self, case, run_seed, salt_seed, input_sets, keep_pristine)
+        info = getattr(self.case.timer, "info", None)
+        return {"method": self.case.timer.method, "info": info.to_dict() if info is not None else None}
+
+    def warm_up(self, seconds: float) -> None:
+        assert self.case is not None
+        self.case.warm_up(seconds)
+
+    def call(self) -> None:
+        assert self.case is not None
+        self.case.begin(None)
+        self.case.before()
+        self.case.call()
+
+    def block(self, number: int, recheck: Optional[int] = None) -> Dict[str, Any]:
+        """Time ``number`` calls and check them; plain data for the parent.
+
+        The reply accounts for the worker's wall time in parts, each on the harness's
+        clock: ``timed`` (the calls), ``untimed`` (fresh inputs and per-call checks
+        between the calls), ``checks`` (before and after); the parent holds their sum
+        and ``wall`` against its own clock. With ``recheck``, call number ``recheck``
+        keeps a pristine copy of its inputs and its output, exported as ``kept``."""
+        cs = self.case
+        assert cs is not None
+        w0 = CLOCK()
+        children = child_pids()
+        before = Activity({t.ident or 0: t.name for t in threading.enumerate()}, frozenset())
+        cs.begin(recheck)
+        if cs.account is not None:
+            settle(cs.account.reader)  # the harness's own OpenMP pool, still spinning, is not the side's
+            cs.account.begin()
+        s0 = CLOCK()
+        per_call = cs.timer.sample(cs.call, number)
+        s1 = CLOCK()
+        used = cs.account.end() if cs.account is not None else None
+        timed = per_call * number
+        untimed = getattr(cs.timer, "last_untimed", None)
+        if untimed is None:  # the GPU timer: host and device overlap, so the rest of the span is untimed
+            untimed = max(0.0, (s1 - s0) - timed)
+        found: List[Finding] = [used] if used is not None else []
+        grown = new_activity(before, Activity({t.ident or 0: t.name for t in threading.enumerate()}, frozenset()))
+        # Calls that returned with more threads alive than they started with, beyond the
+        # workers a lazily started pool keeps parked: threads that did the work after
+        # the call and were gone by the end of the block.
+        leaked = cs.leaked_threads - parked_new_threads(before)
+        cs.leaked_threads = 0
+        if grown or leaked > 0:
+            found.append(Finding(THREADS, False, f"{self.role}: " + (grown or f"{leaked} call(s) left a new "
+                                                                     "thread running when they returned"), cs.name))
+        new = sorted(child_pids() - children)
+        if new:
+            found.append(Finding(THREADS, False, f"{self.role}: {len(new)} new child process(es) still running (pid "
+                                 f"{', '.join(map(str, new[:3]))}) after timed calls returned: work that goes on "
+                                 "after a call escapes its timer", cs.name))
+        found += self.tamper_findings(f"while the {self.role} was timed", cs.name, hot_only=True)
+        kept = None
+        if cs.kept is not None:
+            out, pristine = cs.kept
+            cs.kept = None
+            defect = preflight.output_defects(out, cs.args, (), harness=cs.owned())
+            if defect:
+                found.append(Finding("recheck", False, f"a timed call's output: {defect}", cs.name))
+            else:
+                tensors = [t for t in pristine if _is_tensor(t)]
+                kept = {"inputs": self.exporter.export(tensors), "outputs": self.exporter.export(
+                    list(oracles.flatten(out))), "positions": [i for i, a in enumerate(pristine) if _is_tensor(a)],
+                    "structure": _structure(out)}
+                cs.keep_alive = (out, pristine)
+        fresh = [f for f in found if (f.check, f.message.split(":")[0]) not in cs.reported]
+        cs.reported.update((f.check, f.message.split(":")[0]) for f in found)
+        c1 = CLOCK()
+        timing = getattr(cs.timer, "last_timing", None)
+        return {"seconds": per_call, "number": number, "timed": timed, "untimed": untimed, "recheck": 0.0,
+                "checks": (s0 - w0) + (c1 - s1), "wall": c1 - w0, "t0": w0, "t1": c1, "method": cs.timer.method,
+                "timing": timing.to_dict() if timing is not None else None,
+                "findings": [asdict(f) for f in fresh], "kept": kept}
+
+    def release(self) -> None:
+        """Drop exported copies (the judge has closed its views); keep placed input sets."""
+        keep: List[Any] = []
+        if self.case is not None:
+            keep = [t for s in self.case.fresh.sets for t in s]
+            self.case.keep_alive = None
+        self.exporter.release_exports(keep=keep)
+
+    def finish_case(self) -> List[Finding]:
+        cs, self.case = self.case, None
+        self.exporter.release_exports()
+        name = cs.name if cs is not None else None
+        out = self.tamper_findings(f"while the {self.role}'s case was measured", name) if self.defended else []
+        if cs is not None and not cs.fresh.salted:
+            out.append(Finding("fresh-inputs", False, "no floating-point input with two or more elements to salt: "
+                               "timed calls repeat their inputs (use defences.fresh=regenerate)", name,
+                               severity=WARNING))
+        return out
+
+    def close(self) -> None:
+        self.exporter.release()
+
+
+class CaseState:
+    """One case's timing state inside a side: input sets, timer, recheck slot."""
+
+    def __init__(self, bench: SideBench, case: Any, run_seed: int, salt_seed: int, input_sets: int,
+                 keep_pristine: bool) -> None:
+        self.bench, self.name = bench, case.name
+        device, s = bench.device, bench.settings
+        sets = [bench.inputs(case.params, preflight.derive_seed(run_seed, case.name, "time", k))
+                for k in range(max(1, input_sets))]
+        if bench.role == CANDIDATE:  # in shared memory, so that a kept call's inputs export with no copy
+            sets = [tuple(bench.exporter.place(a) for a in s) for s in sets]
+        rebuild = lambda seed: bench.inputs(case.params, seed)  # noqa: E731
+        mode = s.defences.fresh if bench.defended else "off"
+        self.fresh = FreshInputs(sets, mode, random.Random(salt_seed), rebuild)
+        self.keep_pristine = keep_pristine
+        self.args: Tuple[Any, ...] = ()
+        self.keep_at: Optional[int] = None
+        self.calls = 0
+        self.kept: Optional[Tuple[Any, Tuple[Any, ...]]] = None  # (output, pristine inputs)
+        self.keep_alive: Any = None
+        self._pristine: Optional[Tuple[Any, ...]] = None
+        self._threads = 0
+        self.leaked_threads = 0
+        self.reported: set = set()
+        self.timer, self.per_call_hook = _timer(device, s, self.before, self.after, bench.defended)
+        # The cores a block's calls use (CPU): more than measure.cpu_threads allows is a
+        # count of cores, not a speedup (checks.activity.ResourceAccount).
+        self.account = (ResourceAccount(s.measure.cpu_threads, role=bench.role, case=case.name)
+                        if device == "cpu" and bench.defended else None)
+        self.call = self._make_call()
+
+    def owned(self) -> List[Any]:
+        return [t for s in self.fresh.sets for t in s if _is_tensor(t)]
+
+    def before(self) -> None:
+        # On the GPU there is no hook after a call: a thread the previous call left
+        # running shows up here, before the next one.
+        n = threading.active_count()
+        if n > self._threads:
+            self.leaked_threads += 1
+        self._threads = n
+        keep = self.calls == self.keep_at
+        self.args, self._pristine = self.fresh.take(keep and self.keep_pristine)
+        if keep and not self.keep_pristine:
+            self._pristine = self.args  # the memory plan has no room for a copy: see memory.py
+
+    def after(self) -> None:
+        if threading.active_count() > self._threads:
+            self.leaked_threads += 1
+
+    def _make_call(self) -> Callable[[], None]:
+        fn = self.bench.fn
+
+        def call() -> None:
+            out = fn(*self.args)
+            if self.calls == self.keep_at:
+                self.kept = (out, self._pristine or self.args)
+            self.calls += 1
+        return call
+
+    def begin(self, keep_at: Optional[int]) -> None:
+        self.keep_at, self.calls, self.kept = keep_at, 0, None
+        self._threads = threading.active_count()
+        if not self.per_call_hook:
+            self.args, self._pristine = self.fresh.take(keep_at is not None and self.keep_pristine)
+
+    def warm_up(self, seconds: float) -> None:
+        self.begin(None)
+        end = CLOCK() + seconds
+        while True:
+            self.before()
+            self.call()
+            self.after()
+            if CLOCK() >= end:
+                break
+
+
+def _timer(device: str, s: Settings, before: Callable[[], None], after: Callable[[], None],
+           defended: bool) -> Tuple[Any, bool]:
+    """The timer for one side's blocks (:func:`expkit.timing.factory.make_timer`) and whether
+    it runs the per-call hook itself. A warm GPU block has no gap between calls: its
+    inputs are refreshed once per block, by :meth:`CaseState.begin`."""
+    from ..timing.factory import make_timer
+
+    if device == "cuda" and not s.measure.cold:
+        t = make_timer(device, s.measure, clock=CLOCK)
+    else:
+        t = make_timer(device, s.measure, before=before, after=after, clock=CLOCK)
+    return t, bool(t.per_call_hook)
+
+
+def _is_tensor(v: Any) -> bool:
+    import torch
+
+    return isinstance(v, torch.Tensor)
+
+
+def _structure(out: Any) -> Any:
+    """The shape of an output's nesting (tensor, tuple/list, dict), to rebuild it after transport."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return "t"
+    if isinstance(out, (tuple, list)):
+        return [_structure(o) for o in out]
+    if isinstance(out, dict):
+        return {"dict": [[k, _structure(out[k])] for k in sorted(out)]}
+    return None
+
+
+def _no_factory(params: Mapping[str, Any], generator: Any, device: str) -> Tuple[Any, ...]:
+    raise RuntimeError("this side was given without an input factory")
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None

@@ -1,0 +1,134 @@
+"""A worker process: where one side's code is imported when the defences isolate it.
+
+:func:`worker_main` captures stdout and stderr to the evidence files, takes the
+channel's key from the parent's first message, builds the side's
+:class:`~.side.SideBench` (which imports that side's code, and only that side's) and
+answers requests (:class:`~.serve.Server`) with plain data until the parent says
+``close``. The parent's side is :mod:`.endpoint`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+from ..core.errors import ExpkitError, ManifestError
+from .channel import HEADER, KEY_LEN, MAGIC, Channel, ChannelError, read_exact
+
+
+def _redirect(fd: int, path: str) -> None:
+    new = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(new, fd)
+    os.close(new)
+
+
+def release_forkserver_pipe() -> None:
+    """Close this process's copy of the fork server's liveness pipe (CPython's private
+    attribute, 3.8 to 3.13; where it is missing nothing is closed). See the callers for
+    why each needs it closed."""
+    try:
+        from multiprocessing import forkserver
+
+        fd = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)
+        if fd is not None:
+            os.close(fd)
+            forkserver._forkserver._forkserver_alive_fd = None
+    except (AttributeError, OSError):
+        pass
+
+
+def _release_inherited() -> None:
+    """Close the descriptors a worker inherits from ``multiprocessing`` and does not need.
+
+    A forkserver child holds the server's liveness pipe (data written to it makes the
+    server stop) and the resource tracker's pipe; code under test that writes to
+    every descriptor it finds would break them for the workers after it. Closing
+    them leaves the channel's two pipes and stdio. Both attributes are CPython's
+    (3.8 to 3.13); where they are missing nothing is closed. A candidate that asks
+    for a resource tracker later gets a fresh one."""
+    release_forkserver_pipe()
+    try:
+        from multiprocessing import resource_tracker
+
+        tracker = resource_tracker._resource_tracker
+        fd = getattr(tracker, "_fd", None)
+        if fd is not None:
+            os.close(fd)
+            tracker._fd = None
+            tracker._pid = None
+    except (AttributeError, OSError):
+        pass
+
+
+def error_reply(e: BaseException) -> Dict[str, Any]:
+    if isinstance(e, ManifestError):
+        return {"error": {"type": "ManifestError", "path": e.path, "key": e.key, "problem": e.problem,
+                          "fix": e.fix}}
+    if isinstance(e, ExpkitError):
+        return {"error": {"type": "ExpkitError", "message": str(e)}}
+    tb = traceback.extract_tb(e.__traceback__)
+    where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
+    import torch
+
+    kind = "oom" if isinstance(e, torch.OutOfMemoryError) else "error"
+    return {"error": {"type": kind, "message": f"{type(e).__name__}: {e}{where}"}}
+
+
+def worker_main(req: Any, rep: Any, manifest_path: str, settings: Any, device: str, role: str,
+                stdout_path: str, stderr_path: str, parent_ends: Tuple[Any, ...] = ()) -> None:
+    """One side's worker process: capture output, take the key, load the code, serve requests.
+
+    Order matters: stdout and stderr go to the evidence files and the key is read
+    before the manifest's modules are imported (inside :class:`~.side.SideBench`). A
+    forked worker also holds the parent's ends of the pipes (``parent_ends``); it
+    closes them first, so that it sees the parent go and cannot write the parent's side."""
+    for conn in parent_ends:
+        conn.close()
+    _release_inherited()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _redirect(1, stdout_path)
+    _redirect(2, stderr_path)
+    rfd, wfd = req.fileno(), rep.fileno()
+    head = read_exact(rfd, HEADER.size, None, None)
+    magic, n, _ = HEADER.unpack(head)
+    if magic != MAGIC or n != KEY_LEN:
+        os._exit(70)
+    ch = Channel(rfd, wfd, read_exact(rfd, n, None, None))
+    from ..manifest.spec import load
+    from .serve import Server
+    from .side import SideBench
+
+    server: Any = None
+    startup: Optional[BaseException] = None
+    try:
+        server = Server(SideBench(load(manifest_path), settings, device, role))
+    except BaseException as e:  # reported on the first request, then the worker ends
+        startup = e
+    while True:
+        try:
+            msg = ch.recv()
+        except ChannelError:
+            break
+        try:
+            if startup is not None:
+                reply = error_reply(startup)
+            elif msg.get("op") == "close":
+                server.side.close()
+                ch.send({"bye": True})
+                break
+            else:
+                reply = server.handle(msg)
+        except BaseException as e:
+            reply = error_reply(e)
+        try:
+            ch.send(reply)
+        except OSError:
+            break
+        if startup is not None:
+            break
+    sys.stdout.flush()
+    sys.stderr.flush()

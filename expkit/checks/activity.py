@@ -1,0 +1,401 @@
+"""Activity outside the timed call: work after it returns, and work on more cores than allowed.
+
+The ``threads`` check: work that goes on after a call has returned escapes any timer.
+Python threads and child processes are counted before and after each preflight call
+and around every timed call (threads) or block (processes). A thread pool started on
+first use leaves workers behind that wait for the next task: those are *parked* and
+not counted. The helper processes ``multiprocessing`` starts for itself (its resource
+tracker and fork server, which torch.compile's workers start lazily) are not the
+candidate's work and are not counted while they stay idle (:func:`helper_process`).
+
+The ``resources`` check (:class:`ResourceAccount`): the CPU time the process spent
+during a timed block against the block's wall time, and which threads spent it. A
+candidate that computes on more cores than ``measure.cpu_threads`` allows -- its own
+pool, or ``torch.set_num_threads(8)`` restored before it returns -- is timed against a
+baseline held to fewer, and its speedup counts cores, not code.
+
+On the GPU, work on other streams or devices during a block is the kernel-time
+recorder's to see (``expkit/timing/``); other processes with a context on the GPU are
+listed by :func:`gpu_neighbours`.
+
+The preflight and the bench both apply these checks, so they live here, below both.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Protocol, Sequence, Tuple
+
+from ..core.findings import INVALID, WARNING, Finding
+
+THREADS = "threads"
+RESOURCES = "resources"
+GPU_PROCESSES = "gpu-processes"
+
+
+@dataclass(frozen=True)
+class Activity:
+    """Live Python threads (ident -> name) and child process ids of this process."""
+
+    threads: Mapping[int, str]
+    children: FrozenSet[int]
+
+
+#: The command line ``multiprocessing`` gives its own helper processes (``-c`` and the code).
+HELPER_COMMAND = re.compile(r"^from multiprocessing\.(resource_tracker|forkserver) import main;\s*main\([^()]*\)$")
+#: CPU time a helper may have used and still count as idle (a Python interpreter's start-up).
+HELPER_CPU_S = 1.0
+
+
+def _read(path: str) -> Optional[bytes]:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def helper_process(pid: int, read: Callable[[str], Optional[bytes]] = _read) -> bool:
+    """Whether child ``pid`` is one of ``multiprocessing``'s own idle helpers.
+
+    The rule: its command line is a Python interpreter running exactly the code
+    ``multiprocessing`` starts its resource tracker or fork server with
+    (:data:`HELPER_COMMAND`), it is not on a CPU now, and it has used less CPU time than
+    an interpreter's start-up (:data:`HELPER_CPU_S`). A process that only borrows the
+    command line but computes fails the last two."""
+    raw = read(f"/proc/{pid}/cmdline")
+    if not raw:
+        return False
+    argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+    if "-c" not in argv[:-1] or not HELPER_COMMAND.match(argv[argv.index("-c") + 1].strip()):
+        return False
+    stat = read(f"/proc/{pid}/stat")
+    if not stat:
+        return False
+    fields = stat.decode(errors="replace").rsplit(")", 1)[-1].split()
+    try:
+        state, utime, stime = fields[0], int(fields[11]), int(fields[12])
+    except (IndexError, ValueError):
+        return False
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    return state in ("S", "D", "I") and (utime + stime) / ticks < HELPER_CPU_S
+
+
+def child_pids() -> FrozenSet[int]:
+    """Children of every thread of this process (Linux ``/proc``; empty elsewhere), less
+    ``multiprocessing``'s idle helper processes (:func:`helper_process`)."""
+    out: set = set()
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/children") as f:
+                    out.update(int(p) for p in f.read().split())
+            except OSError:
+                continue
+    except OSError:
+        pass
+    return frozenset(p for p in out if not helper_process(p))
+
+
+def activity() -> Activity:
+    return Activity({t.ident or 0: t.name for t in threading.enumerate() if t.is_alive()}, child_pids())
+
+
+_STDLIB = os.path.dirname(os.__file__)
+
+
+def _os_state(native_id: Optional[int]) -> Optional[str]:
+    """The kernel's scheduling state of a thread ('R' running, 'S' sleeping, ...)."""
+    try:
+        with open(f"/proc/self/task/{native_id}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError, TypeError):
+        return None
+
+
+def parked(thread: threading.Thread) -> bool:
+    """A thread waiting for work: asleep (where the kernel says), with its innermost
+    Python frame in the standard library (a pool worker blocked on its queue), not in
+    anybody's code and not on a CPU. A thread that sleeps inside the candidate's own
+    code (``time.sleep`` before deferred work) is not parked."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    if frame is None or not os.path.realpath(frame.f_code.co_filename).startswith(_STDLIB):
+        return False
+    return _os_state(getattr(thread, "native_id", None)) in (None, "S", "D")
+
+
+def new_activity(before: Activity, after: Activity, *, grace_s: float = 0.01) -> Optional[str]:
+    """What was started and is still running (not parked), or None.
+
+    A pool that starts its workers on first use leaves new threads behind that wait
+    for the next task; those are parked and not counted. A thread that was just
+    finishing gets ``grace_s`` to finish or park before it counts."""
+    def busy() -> List[threading.Thread]:
+        return [t for t in threading.enumerate()
+                if t.is_alive() and t.ident in after.threads and t.ident not in before.threads and not parked(t)]
+
+    running = busy()
+    if running and grace_s > 0:
+        time.sleep(grace_s)
+        running = busy()
+    threads = [t.name for t in running]
+    children = sorted(after.children - before.children)
+    bits = []
+    if threads:
+        bits.append(f"{len(threads)} new thread(s) still running ({', '.join(threads[:3])})")
+    if children:
+        bits.append(f"{len(children)} new child process(es) still running (pid {', '.join(map(str, children[:3]))})")
+    if not bits:
+        return None
+    return " and ".join(bits) + " after the call returned: work that goes on after a call escapes its timer"
+
+
+def parked_new_threads(before: Activity) -> int:
+    return sum(1 for t in threading.enumerate() if t.is_alive() and t.ident not in before.threads and parked(t))
+
+
+
+# --- CPU time per timed block (check ``resources``) ----------------------------------------
+
+
+class CpuReader(Protocol):
+    """Where :class:`ResourceAccount` reads its clocks (tests give a seeded fake)."""
+
+    def wall_ns(self) -> int: ...
+
+    def process_cpu_ns(self) -> int: ...
+
+    def thread_cpu_ns(self) -> Dict[int, int]: ...
+
+
+def _thread_clock(tid: int) -> int:
+    """Linux's CPU-time clock of thread ``tid`` of this process (``MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)``)."""
+    return ((~tid) << 3) | 4 | 2
+
+
+class ProcCpuReader:
+    """The process's CPU time (``CLOCK_PROCESS_CPUTIME_ID``) and each thread's, native
+    threads included (OpenMP's, a library's), from the per-thread CPU clocks of the
+    threads listed in ``/proc/self/task``: nanosecond resolution, where ``/proc``'s tick
+    counts have 10 ms."""
+
+    def wall_ns(self) -> int:
+        return time.perf_counter_ns()
+
+    def process_cpu_ns(self) -> int:
+        return time.process_time_ns()
+
+    def thread_cpu_ns(self) -> Dict[int, int]:
+        out: Dict[int, int] = {}
+        try:
+            tids = os.listdir("/proc/self/task")
+        except OSError:
+            return out
+        for t in tids:
+            try:
+                out[int(t)] = time.clock_gettime_ns(_thread_clock(int(t)))
+            except (OSError, ValueError):
+                continue
+        return out
+
+
+#: perf_counter() when the harness's own work on every host core (:func:`wide`) last ended.
+_WIDE_END = [float("-inf")]
+
+
+def wide_work_ended() -> None:
+    """Mark the end of harness work on every host core (inputs, digests, oracles).
+
+    An OpenMP pool spins for several milliseconds after its parallel region ends (GNU
+    OpenMP's default spin count is about 300,000 pauses, 10-20 ms on recent x86), so a
+    timed block that starts right after such work would charge those cores to the
+    side under test. :func:`settle` waits them out first."""
+    _WIDE_END[0] = time.perf_counter()
+
+
+def settle(reader: "CpuReader", *, after_s: float = 0.25, quiet_ns: int = 200_000, step_s: float = 0.002,
+           limit_s: float = 0.1) -> float:
+    """Before a timed block: if the harness worked on every core in the last ``after_s``,
+    wait until no thread but this one spends more than ``quiet_ns`` of CPU in ``step_s``,
+    for at most ``limit_s``. Returns the seconds waited. A side's own thread that never
+    goes quiet is not hidden: the wait ends at ``limit_s`` and the block's account sees it."""
+    if time.perf_counter() - _WIDE_END[0] > after_s:
+        return 0.0
+    me = threading.get_native_id()
+    t0 = time.perf_counter()
+    last = reader.thread_cpu_ns()
+    while time.perf_counter() - t0 < limit_s:
+        time.sleep(step_s)
+        now = reader.thread_cpu_ns()
+        busy = max((c - last.get(tid, 0) for tid, c in now.items() if tid != me), default=0)
+        last = now
+        if busy <= quiet_ns:
+            break
+    return time.perf_counter() - t0
+
+
+@dataclass(frozen=True)
+class CpuUse:
+    """CPU time spent in the process over some wall time, and by which threads."""
+
+    wall_s: float
+    cpu_s: float
+    #: (thread id, CPU seconds) of every thread that spent any, busiest first.
+    threads: Tuple[Tuple[int, float], ...] = ()
+
+    @property
+    def cores(self) -> float:
+        return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    def ran(self, fraction: float) -> int:
+        """Threads that were on a CPU for at least ``fraction`` of the wall time."""
+        return sum(1 for _, c in self.threads if c >= fraction * self.wall_s)
+
+
+@dataclass
+class ResourceAccount:
+    """CPU time against wall time around each timed block: ``begin()``, the block, ``end()``.
+
+    ``end()`` returns a :class:`~expkit.core.findings.Finding` (check ``resources``) when
+    the process used more cores than ``cpu_threads`` allows, else None. The rule: over
+    the judged span, CPU time / wall time > ``cpu_threads x (1 + rel_slack) + abs_slack``
+    (the core count, with room for the harness's own bookkeeping and a waking pool), and
+    more threads than ``cpu_threads`` each ran for at least ``ran_fraction`` of it. Blocks
+    shorter than ``min_wall_s`` are pooled with the next until the pool is that long, so
+    a single scheduler tick cannot decide. For the candidate the finding is ``invalid``;
+    for the baseline a warning (its speedup is then against more cores than allowed).
+
+    What it cannot see: work on other processes (the ``threads`` check counts those),
+    cores the candidate takes *between* blocks, and a block that uses its extra cores
+    for less than the slack. ``cpu_threads`` None (torch's own choice) judges nothing."""
+
+    cpu_threads: Optional[int]
+    role: str = "candidate"
+    case: Optional[str] = None
+    reader: CpuReader = field(default_factory=ProcCpuReader)
+    rel_slack: float = 0.25
+    abs_slack: float = 0.25
+    ran_fraction: float = 0.10
+    min_wall_s: float = 0.02
+    _start: Optional[Tuple[int, int, Dict[int, int]]] = None
+    _pool: Optional[CpuUse] = None
+    reported: bool = False
+
+    def begin(self) -> None:
+        self._start = (self.reader.wall_ns(), self.reader.process_cpu_ns(), self.reader.thread_cpu_ns())
+
+    def end(self) -> Optional[Finding]:
+        if self._start is None:
+            raise RuntimeError("ResourceAccount.end() without begin()")
+        w0, c0, t0 = self._start
+        t1 = self.reader.thread_cpu_ns()
+        c1, w1 = self.reader.process_cpu_ns(), self.reader.wall_ns()
+        self._start = None
+        use = CpuUse((w1 - w0) / 1e9, max(0, c1 - c0) / 1e9, tuple(sorted(
+            ((tid, (t1[tid] - t0.get(tid, 0)) / 1e9) for tid in t1 if t1[tid] - t0.get(tid, 0) > 0),
+            key=lambda x: -x[1])))
+        return self.judge(use)
+
+    def judge(self, use: CpuUse) -> Optional[Finding]:
+        """Pool ``use`` with shorter spans before it and judge the pool once it is long enough."""
+        if self._pool is not None:
+            merged: Dict[int, float] = dict(self._pool.threads)
+            for tid, c in use.threads:
+                merged[tid] = merged.get(tid, 0.0) + c
+            use = CpuUse(self._pool.wall_s + use.wall_s, self._pool.cpu_s + use.cpu_s,
+                         tuple(sorted(merged.items(), key=lambda x: -x[1])))
+        if use.wall_s < self.min_wall_s:
+            self._pool = use
+            return None
+        self._pool = None
+        if self.cpu_threads is None or self.reported:
+            return None
+        limit = self.cpu_threads * (1 + self.rel_slack) + self.abs_slack
+        ran = use.ran(self.ran_fraction)
+        if use.cores <= limit or ran <= self.cpu_threads:
+            return None
+        self.reported = True
+        severity = INVALID if self.role == "candidate" else WARNING
+        return Finding(RESOURCES, False,
+                       f"the {self.role}'s process used {use.cores:.2f} cores over {use.wall_s * 1e3:.1f} ms of timed "
+                       f"calls ({use.cpu_s * 1e3:.1f} ms of CPU time; {ran} threads each on a CPU for at least "
+                       f"{self.ran_fraction:.0%} of it), where measure.cpu_threads allows {self.cpu_threads} (limit "
+                       f"{limit:.2f} cores): work on more cores than the run allows makes the speedup a count of cores",
+                       self.case, severity=severity, figure=round(use.cores, 4), threshold=limit)
+
+
+# --- other processes on the GPU ---------------------------------------------------------------
+
+
+class NvmlProcesses(Protocol):
+    """``(pid, used bytes)`` of every process with a compute context on GPU ``index`` (tests fake it)."""
+
+    def __call__(self, index: int) -> Sequence[Tuple[int, Optional[int]]]: ...
+
+
+def nvml_compute_processes(index: int) -> Sequence[Tuple[int, Optional[int]]]:
+    import pynvml
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    return [(int(p.pid), getattr(p, "usedGpuMemory", None)) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)]
+
+
+def _start_ticks(pid: int, read: Callable[[str], Optional[bytes]]) -> Optional[int]:
+    raw = read(f"/proc/{pid}/stat")
+    if not raw:
+        return None
+    try:
+        return int(raw.decode(errors="replace").rsplit(")", 1)[-1].split()[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def gpu_neighbours(index: int, run_pids: Sequence[int], since_pid: int, *, case: Optional[str] = None,
+                   processes: Optional[NvmlProcesses] = None,
+                   read: Callable[[str], Optional[bytes]] = _read) -> List[Finding]:
+    """Processes with a compute context on GPU ``index`` that are not the run's (``run_pids``:
+    the parent and both workers), for the lead to call around a block or a case.
+
+    One that started after process ``since_pid`` (the run's first worker) and belongs to
+    the same user was started during the run -- by the code under test, say, as a daemon
+    that escapes the child count -- and makes the run ``invalid``; any other is a
+    neighbour sharing the GPU (another job), reported as a warning, since its work can
+    slow either side. Where NVML's process ids are not visible here (another PID
+    namespace) nothing can be said of their origin: a warning too."""
+    try:
+        procs = (processes or nvml_compute_processes)(index)
+    except Exception as e:  # no NVML: nothing to say
+        return [Finding(GPU_PROCESSES, True, f"not checked: NVML gave no process list ({type(e).__name__})", case)]
+    mine = set(run_pids)
+    since = _start_ticks(since_pid, read)
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    started, others = [], []
+    for pid, used in procs:
+        if pid in mine:
+            continue
+        mem = f"{used / 2**30:.2f} GiB" if used else "memory unknown"
+        start = _start_ticks(pid, read)
+        owner = None
+        status = read(f"/proc/{pid}/status")
+        if status:
+            m = re.search(rb"^Uid:\s+(\d+)", status, re.M)
+            owner = int(m.group(1)) if m else None
+        if start is not None and since is not None and start >= since and owner == uid:
+            started.append(f"pid {pid} ({mem})")
+        else:
+            others.append(f"pid {pid} ({mem})")
+    out = []
+    if started:
+        out.append(Finding(GPU_PROCESSES, False, f"{len(started)} process(es) started during the run have a context on "
+                           f"the GPU ({', '.join(started[:3])}): work the code under test hands to another process "
+                           "escapes its timer", case))
+    if others:
+        out.append(Finding(GPU_PROCESSES, False, f"the GPU is shared with {len(others)} other process(es) "
+                           f"({', '.join(others[:3])}): their work can slow either side", case, severity=WARNING))
+    return out

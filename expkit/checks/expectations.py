@@ -1,0 +1,470 @@
+"""Check a candidate's profiler trace against the manifest's ``expect:`` block.
+
+The question is "did the kernel the claim is about actually run?" -- in the regression
+story behind this module a "vectorized, 384-thread" kernel was credited with a 1.7x
+speedup while the bindings still launched the old 128-thread one. Each check returns
+a :class:`Finding` whose message names both what was expected and what ran, so a
+failed check reads as a diagnosis rather than a bare "identity failed".
+
+Patterns (``must_run``, ``must_not_run``, ``allow``, ``launch[].kernel``) are
+case-sensitive globs (:func:`fnmatch.fnmatchcase`) or, prefixed ``re:``, regular
+expressions used with :func:`re.search`. A glob matches an op by its full qualified
+name (``expkit_examples::attn_basic``, ``aten::mm``) and a kernel by its full
+demangled name, its ``ns::function`` name or its bare function name (see
+:func:`expkit.checks.trace.kernel_short_name`), so ``attn_vectorized*`` matches
+``attn_vectorized_k384(float4 const*, float4*, float, int)`` without spelling the
+parameter list. A regex is searched in the full name.
+
+Checks, in the order their findings come back:
+
+``identity`` (``must_run``)
+    Each pattern must match an op (CPU) or an op or a kernel (GPU) of the candidate.
+    On GPU an op name only proves which wrapper was called -- in the story the
+    wrapper's name was right and its kernel wrong -- so GPU claims should also name
+    the kernel in a ``launch`` entry.
+``forbidden`` (``must_not_run`` and ``forbid_baseline``)
+    No op or kernel may match ``must_not_run``. With ``forbid_baseline`` the
+    baseline's own work may not appear in the candidate unless ``allow`` matches it:
+    its outermost ops by name, every op of its tree that it called on its own operands
+    by name and operands, and (GPU) every kernel it launched by full name; see
+    :func:`baseline_fingerprint` and :func:`baseline_calls`.
+``launch`` (GPU)
+    For each entry, at least one candidate kernel matching the name pattern must
+    have exactly the expected block and grid and at most the expected shared memory
+    and registers. The name must match too: block size alone is never proof -- on
+    an H100 the cuDNN SDPA kernel also runs 384 threads per block (fixture
+    ``tests/data/traces/sdpa_fp16.json``), the same count as the story's kernel.
+``stream`` (GPU, ``same_stream``)
+    Every candidate kernel must run on the stream the harness times; work queued on
+    a side stream escapes a timer that records events on the harness stream.
+
+On a CPU-only trace (no CUDA activity recorded) ``launch`` and ``stream`` findings
+are "not applicable": ``ok`` with a message saying so, never a silent pass and never
+a failure. On a GPU trace, a launch entry with no kernel at all is a failure.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
+
+from ..core.errors import ExpkitError
+from ..manifest.spec import Expect, LaunchExpect
+from .operands import OpCall, calls_of, is_dispatcher_op
+from .trace import KernelEvent, OpEvent, Trace, kernel_qualified_name, kernel_short_name
+
+#: Ops any implementation may run, excluded from the baseline's fingerprint. They
+#: fall in three groups, none of which can carry the baseline's result:
+#:
+#: * allocation and constant initialisation (``empty*``, ``zeros*``, ``ones*``,
+#:   ``full*``, ``new_*``, ``fill_``, ``zero_``, ``resize_``, ``set_``): they read no
+#:   input. ``aten::zeros`` is here although it writes memory: what it writes is a
+#:   constant, and forbidding it would reject every candidate that zero-initialises
+#:   an output or accumulator. A candidate that *returns* zeros is the oracles' job.
+#: * views and metadata (``view``, ``reshape``, ``as_strided``, ``t``, ``transpose``,
+#:   ``permute``, ``expand``, ``squeeze`` ...): they compute nothing.
+#: * copies and dtype/layout conversion (``contiguous``, ``clone``, ``copy_``, ``to``,
+#:   ``_to_copy``): data movement that both sides may need to prepare inputs.
+#:
+#: * reads of one element (``item``) and padding (a copy with a border).
+#:
+#: Where the baseline's work *is* one of these (a transpose-copy benchmark, say), the
+#: fingerprint cannot tell the two apart; name the op in ``must_not_run`` instead.
+#:
+#: Names that are not dispatcher ops (``ns::op``) are never the baseline's work either:
+#: ``record_function`` labels, the spans torch.compile and autograd put around work
+#: ("TorchDynamo Cache Lookup", "Torch-Compiled Region: 0/0", "CompiledFunction",
+#: "autograd::engine::evaluate_function: MmBackward0") and autograd Functions' class
+#: names compute nothing themselves; the ops under them are looked at instead
+#: (:data:`expkit.checks.operands.DISPATCHER_OP`).
+STRUCTURAL_OPS: Tuple[str, ...] = (
+    "aten::empty*", "aten::new_*", "aten::zeros*", "aten::ones*", "aten::full", "aten::full_like",
+    "aten::fill_", "aten::zero_", "aten::resize_", "aten::resize_as_", "aten::set_",
+    "aten::view", "aten::view_as", "aten::_unsafe_view", "aten::reshape", "aten::_reshape_alias",
+    "aten::as_strided", "aten::t", "aten::numpy_T", "aten::transpose", "aten::permute",
+    "aten::expand", "aten::expand_as", "aten::squeeze", "aten::unsqueeze", "aten::flatten",
+    "aten::unflatten", "aten::slice", "aten::select", "aten::narrow", "aten::alias",
+    "aten::detach", "aten::detach_", "aten::lift*", "aten::resolve_conj", "aten::resolve_neg",
+    "aten::contiguous", "aten::clone", "aten::copy_", "aten::to", "aten::_to_copy", "aten::type_as",
+    "aten::record_stream", "aten::split", "aten::split_with_sizes", "aten::chunk", "aten::unbind",
+    "aten::movedim", "aten::swapaxes", "aten::diagonal", "aten::unfold", "aten::view_as_real",
+    "aten::view_as_complex", "aten::broadcast_to", "aten::item", "aten::_local_scalar_dense",
+    "aten::constant_pad_nd", "aten::pad",
+)
+
+#: Kernels any implementation may launch, excluded from the baseline's fingerprint
+#: (matched against the full demangled name). Their GPU counterparts of the ops
+#: above: the fill kernel behind ``fill_``/``zero_``/``zeros`` (its name, with
+#: ``FillFunctor``, is in every GPU fixture, launched by the harness marker) and
+#: torch's copy kernels behind ``copy_``/``clone``/``contiguous`` and dtype
+#: conversion, whose lambdas are defined in ``direct_copy_kernel_cuda`` (and
+#: ``float8_copy_kernel_cuda``) in ``aten/src/ATen/native/cuda/Copy.cu``. memset and
+#: memcpy are separate trace categories that the parser does not read as kernels;
+#: the ``Memset``/``Memcpy`` names are listed in case a tool reports them as kernels.
+STRUCTURAL_KERNELS: Tuple[str, ...] = (
+    "*FillFunctor*", "*copy_kernel_cuda*", "Memset*", "Memcpy*",
+)
+
+_LIST_MAX = 6
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The result of one check. ``check`` is ``identity``, ``forbidden``, ``launch``
+    or ``stream``; ``message`` names what was expected and what was observed."""
+
+    check: str
+    ok: bool
+    message: str
+
+
+# --- patterns --------------------------------------------------------------------
+
+
+def _compile(pattern: str) -> Callable[[str], bool]:
+    if pattern.startswith("re:"):
+        try:
+            rx = re.compile(pattern[3:])
+        except re.error as e:
+            raise ExpkitError(f"expect: pattern `{pattern}` is not a valid regular expression: {e}") from None
+        return lambda s: rx.search(s) is not None
+    return lambda s: fnmatch.fnmatchcase(s, pattern)
+
+
+def matches_op(pattern: str, name: str) -> bool:
+    """Whether ``pattern`` matches an op's full qualified name."""
+    return _compile(pattern)(name)
+
+
+def matches_kernel(pattern: str, name: str) -> bool:
+    """Whether ``pattern`` matches a kernel's full, qualified or bare function name
+    (a ``re:`` pattern is searched in the full name only, where it finds those too)."""
+    test = _compile(pattern)
+    if pattern.startswith("re:"):
+        return test(name)
+    return test(name) or test(kernel_qualified_name(name)) or test(kernel_short_name(name))
+
+
+def _any(patterns: Iterable[str], name: str, matcher: Callable[[str, str], bool]) -> bool:
+    return any(matcher(p, name) for p in patterns)
+
+
+# --- formatting ------------------------------------------------------------------
+
+
+def _dims(d: Sequence[int]) -> str:
+    return "[" + ",".join(str(int(x)) for x in d) + "]"
+
+
+def _pad3(d: Optional[Sequence[int]]) -> Optional[Tuple[int, ...]]:
+    if d is None:
+        return None
+    d = tuple(int(x) for x in d)
+    return d + (1,) * (3 - len(d)) if len(d) < 3 else d
+
+
+def _listing(items: Sequence[str], empty: str = "nothing") -> str:
+    items = list(dict.fromkeys(items))
+    if not items:
+        return empty
+    shown = ", ".join(items[:_LIST_MAX])
+    return shown + (f" and {len(items) - _LIST_MAX} more" if len(items) > _LIST_MAX else "")
+
+
+def _kernel_desc(k: KernelEvent, extra: Sequence[str] = ()) -> str:
+    parts = [f"`{k.short_name}` with block {_dims(k.block) if k.block else '(not recorded)'}"]
+    for field in extra:
+        if field == "grid":
+            parts.append(f"grid {_dims(k.grid) if k.grid else '(not recorded)'}")
+        elif field == "shared_memory":
+            parts.append("shared memory (not recorded)" if k.shared_memory is None
+                         else f"shared memory {k.shared_memory} B")
+        elif field == "registers":
+            parts.append("registers (not recorded)" if k.registers_per_thread is None
+                         else f"{k.registers_per_thread} registers/thread")
+    return ", ".join(parts)
+
+
+def _ran_ops(trace: Trace) -> str:
+    return _listing([f"`{n}`" for n in trace.op_names(top_level=True)])
+
+
+def _ran_kernels(trace: Trace, extra: Sequence[str] = ()) -> str:
+    if not trace.kernels:
+        return "no kernel" + (f" (ops: {_ran_ops(trace)})" if trace.ops else "")
+    return _listing([_kernel_desc(k, extra) for k in trace.kernels])
+
+
+def _under(trace: Trace, op: Optional[OpEvent]) -> str:
+    """`` under `root` `` where ``op`` is nested inside a top-level op, else ``""``."""
+    if op is None:
+        return ""
+    root = trace.root_of(op)
+    return f" under `{root.name}`" if root is not op else ""
+
+
+def _context(trace: Trace, op: Optional[OpEvent]) -> str:
+    under = _under(trace, op)
+    return f" ({under.strip()})" if under else ""
+
+
+def _launcher(trace: Trace, k: KernelEvent) -> str:
+    op = trace.op_of_kernel(k)
+    return f" (launched by `{op.name}`{_under(trace, op)})" if op is not None else ""
+
+
+# --- the baseline's fingerprint ---------------------------------------------------
+
+
+def _outermost(trace: Trace) -> Tuple[OpEvent, ...]:
+    """Dispatcher ops with no dispatcher op around them on their thread (labels are transparent)."""
+    out = []
+    for op in trace.ops:
+        if not is_dispatcher_op(op.name):
+            continue
+        if not any(o is not op and o.tid == op.tid and is_dispatcher_op(o.name) and o.depth < op.depth
+                   and o.ts_us <= op.ts_us < o.end_us for o in trace.ops):
+            out.append(op)
+    return tuple(out)
+
+
+def _counts(name: str, allow: Sequence[str]) -> bool:
+    return is_dispatcher_op(name) and not _any(STRUCTURAL_OPS, name, matches_op) and not _any(allow, name, matches_op)
+
+
+def baseline_fingerprint(baseline: Trace, allow: Sequence[str] = ()) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
+    """The op and kernel names that identify the baseline's work: ``(ops, kernels)``.
+
+    Ops: the names of the baseline's *outermost* dispatcher ops (no dispatcher op
+    around them; labels and framework spans are transparent), less
+    :data:`STRUCTURAL_OPS` and ``allow``. That is the baseline's identity: the call the
+    user wrote (``aten::scaled_dot_product_attention``, ``aten::matmul``); anywhere in the
+    candidate's tree, under any name of the candidate's, it is forbidden. The ops
+    nested under it are forbidden only as *calls on the baseline's own operands*
+    (:func:`baseline_calls`): by name alone, a nested ``aten::mm`` would reject every
+    honest blocked product that runs ``aten::mm`` on sub-blocks. Ops whose every tensor
+    operand has no storage (Dynamo tracing on fake tensors) are not work.
+
+    Kernels (GPU traces): every kernel name the baseline launched, at any depth, less
+    :data:`STRUCTURAL_KERNELS` and ``allow``, compared by full demangled name: a
+    bare name such as ``vectorized_elementwise_kernel`` is shared by unrelated
+    element-wise ops, while the full name carries the functor. Where the baseline is
+    itself a chain of generic library kernels (cuBLAS GEMMs, say) that the candidate
+    also uses on purpose, list them under ``allow``.
+    """
+    calls = calls_of(baseline.meta)
+    if calls is not None:
+        names: Iterable[str] = (c.name for c in calls if c.outermost and c.computes)
+    else:
+        names = (o.name for o in _outermost(baseline))
+    ops = tuple(dict.fromkeys(n for n in names if _counts(n, allow)))
+    kernels = tuple(n for n in baseline.kernel_names()
+                    if not _any(STRUCTURAL_KERNELS, n, matches_op) and not _any(allow, n, matches_kernel))
+    return ops, kernels
+
+
+def baseline_calls(baseline: Trace, allow: Sequence[str] = ()) -> Tuple[OpCall, ...]:
+    """The baseline's op calls, at any depth, that read only its own operands.
+
+    A call counts when every tensor operand was *held* (:mod:`.operands`): an input,
+    a parameter, a cache, or a view or copy of one -- the call re-ran part of the
+    baseline's work on the values the candidate is given too. Such a call in the
+    candidate, same op and same operand classes, sizes and dtypes (more operands after
+    them allowed: an ``out=`` variant passes its output too), is forbidden: a
+    candidate that reaches an inner op of the baseline (``getattr(torch.ops.aten,
+    name)``, a library's private entry point) on its inputs is caught whatever it is
+    called under. Calls on values computed during the call (``made``), like the
+    ``aten::mm`` of one block of a blocked product, are the candidate's own business.
+    Empty where the trace recorded no operands (older torch, a stored fixture)."""
+    calls = calls_of(baseline.meta) or ()
+    return tuple(dict.fromkeys(c for c in calls if c.on_held_operands and _counts(c.name, allow)
+                               and not any(_any(allow, w, matches_op) for w in c.within)))
+
+
+def _operands(call: OpCall) -> str:
+    return ", ".join(o.describe() for o in call.operands)
+
+
+# --- the checks ------------------------------------------------------------------
+
+
+def _launch_by_pattern(expect: Expect) -> dict:
+    return {le.kernel: le for le in expect.launch}
+
+
+def _expected_launch(le: LaunchExpect) -> str:
+    parts = [f"kernel matching `{le.kernel}`"]
+    cfg = []
+    if le.block is not None:
+        cfg.append(f"block {_dims(_pad3(le.block))}")
+    if le.grid is not None:
+        cfg.append(f"grid {_dims(_pad3(le.grid))}")
+    if le.max_shared_memory is not None:
+        cfg.append(f"shared memory <= {le.max_shared_memory} B")
+    if le.max_registers is not None:
+        cfg.append(f"<= {le.max_registers} registers/thread")
+    if cfg:
+        parts.append("with " + ", ".join(cfg))
+    return " ".join(parts)
+
+
+def _launch_extra(le: LaunchExpect) -> List[str]:
+    extra = []
+    if le.grid is not None:
+        extra.append("grid")
+    if le.max_shared_memory is not None:
+        extra.append("shared_memory")
+    if le.max_registers is not None:
+        extra.append("registers")
+    return extra
+
+
+def _fits(k: KernelEvent, le: LaunchExpect) -> bool:
+    if le.block is not None and k.block != _pad3(le.block):
+        return False
+    if le.grid is not None and k.grid != _pad3(le.grid):
+        return False
+    # A limit the trace cannot show is not met: an absent field proves nothing.
+    if le.max_shared_memory is not None and (k.shared_memory is None or k.shared_memory > le.max_shared_memory):
+        return False
+    if le.max_registers is not None and (k.registers_per_thread is None
+                                         or k.registers_per_thread > le.max_registers):
+        return False
+    return True
+
+
+def _check_must_run(expect: Expect, cand: Trace) -> List[Finding]:
+    out = []
+    launches = _launch_by_pattern(expect)
+    for p in expect.must_run:
+        op_hits = [o for o in cand.ops if matches_op(p, o.name)]
+        k_hits = [k for k in cand.kernels if matches_kernel(p, k.name)] if cand.on_gpu else []
+        if op_hits or k_hits:
+            what = ([f"op `{op_hits[0].name}`"] if op_hits else []) + \
+                   ([f"kernel `{k_hits[0].short_name}`"] if k_hits else [])
+            out.append(Finding("identity", True, f"`{p}` ran: " + " and ".join(what)))
+            continue
+        if not cand.on_gpu:
+            msg = f"expected op matching `{p}`; ran {_ran_ops(cand)}"
+        elif p in launches:
+            le = launches[p]
+            msg = f"expected {_expected_launch(le)}; ran {_ran_kernels(cand, _launch_extra(le))}"
+        else:
+            msg = f"expected op or kernel matching `{p}`; ran {_ran_kernels(cand)} (top-level ops: {_ran_ops(cand)})"
+        out.append(Finding("identity", False, msg))
+    return out
+
+
+def _check_must_not_run(expect: Expect, cand: Trace) -> List[Finding]:
+    out = []
+    for p in expect.must_not_run:
+        hits = [f"op `{o.name}`{_context(cand, o)}" for o in cand.ops if matches_op(p, o.name)]
+        if cand.on_gpu:
+            hits += [f"kernel `{k.short_name}`{_launcher(cand, k)}"
+                     for k in cand.kernels if matches_kernel(p, k.name)]
+        if hits:
+            out.append(Finding("forbidden", False, f"`{p}` must not run; ran {_listing(hits)}"))
+        else:
+            out.append(Finding("forbidden", True, f"nothing matching `{p}` ran"))
+    return out
+
+
+def _check_baseline(expect: Expect, cand: Trace, base: Trace) -> Finding:
+    ops, kernels = baseline_fingerprint(base, expect.allow)
+    signatures = {c.signature: c for c in baseline_calls(base, expect.allow)}
+    gpu = cand.on_gpu and base.on_gpu
+    if not gpu:
+        kernels = ()
+    if not ops and not kernels and not signatures:
+        return Finding("forbidden", True, "the baseline ran only structural or allowed work "
+                       f"({_ran_ops(base)}); nothing of it to forbid, so this check is vacuous")
+    forbidden_ops, forbidden_k = set(ops), set(kernels)
+    hits = []
+    cand_calls = calls_of(cand.meta)
+    if cand_calls is not None:
+        reruns = []
+        for c in cand_calls:
+            under = f" (under `{c.root}`)" if c.root != c.name else ""
+            if c.name in forbidden_ops and c.computes:
+                hits.append(f"baseline op `{c.name}` ran in the candidate{under}")
+            elif any((c.name, c.operands[:n]) in signatures for n in range(1, len(c.operands) + 1)):
+                # A prefix: an ``out=`` variant passes the output as one more operand.
+                reruns.append(f"the baseline's call `{c.name}` on its own operands ({_operands(c)}) ran in the "
+                              f"candidate{under}")
+        # A forbidden outermost op brings its inner calls with it; name them only on their own.
+        hits += [] if hits else reruns
+    else:
+        hits += [f"baseline op `{o.name}` ran in the candidate{_context(cand, o)}"
+                 for o in cand.ops if o.name in forbidden_ops]
+    for k in cand.kernels:
+        if k.name in forbidden_k:
+            hits.append(f"baseline kernel `{k.short_name}` ran in the candidate{_launcher(cand, k)}")
+    if hits:
+        fix = ("" if all(h.startswith("baseline op") for h in hits) else
+               "; a candidate meant to reuse one of the baseline's calls lists the op under expect.allow")
+        return Finding("forbidden", False, "; ".join(dict.fromkeys(hits)) + fix)
+    desc = f"none of the baseline's outermost ops ({_listing([f'`{n}`' for n in ops], 'none')})"
+    if signatures:
+        desc += f", its {len(signatures)} call(s) on its own operands"
+    if gpu:
+        desc += f" or its {len(kernels)} kernel(s)"
+    return Finding("forbidden", True, desc + " ran in the candidate")
+
+
+def _check_launch(expect: Expect, cand: Trace) -> List[Finding]:
+    out = []
+    for le in expect.launch:
+        want = _expected_launch(le)
+        if not cand.on_gpu:
+            out.append(Finding("launch", True,
+                               f"not applicable: CPU-only trace, no kernels recorded ({want} unchecked)"))
+            continue
+        extra = _launch_extra(le)
+        named = [k for k in cand.kernels if matches_kernel(le.kernel, k.name)]
+        fitting = [k for k in named if _fits(k, le)]
+        if fitting:
+            out.append(Finding("launch", True, f"{_kernel_desc(fitting[0], extra)} ran as expected ({want})"))
+        elif named:
+            seen = _listing([_kernel_desc(k, extra) for k in named])
+            out.append(Finding("launch", False, f"expected {want}; ran {seen}"))
+        else:
+            out.append(Finding("launch", False, f"expected {want}; ran {_ran_kernels(cand, extra)}"))
+    return out
+
+
+def _check_stream(cand: Trace, harness_stream: Optional[int]) -> Finding:
+    if not cand.on_gpu:
+        return Finding("stream", True, "not applicable: CPU-only trace, no streams recorded")
+    stream = harness_stream if harness_stream is not None else cand.harness_stream
+    if stream is None:
+        return Finding("stream", False, "the harness stream is unknown, so the candidate's streams cannot "
+                       "be checked (record with expkit.checks.trace.capture, which marks it, or pass harness_stream)")
+    off = [k for k in cand.kernels if k.stream != stream]
+    if off:
+        listed = _listing([f"kernel `{k.short_name}` ran on stream {k.stream}" for k in off])
+        return Finding("stream", False, f"{listed}; the harness times stream {stream}")
+    return Finding("stream", True, f"all {len(cand.kernels)} candidate kernel(s) ran on the harness stream {stream}")
+
+
+def check_expectations(expect: Expect, candidate: Trace, baseline: Trace, *,
+                       harness_stream: Optional[int] = None) -> Tuple[Finding, ...]:
+    """Every check of ``expect`` against the candidate's trace (see module docstring).
+
+    ``baseline`` is the trace of the baseline on the same inputs, used only for the
+    ``forbid_baseline`` fingerprint. ``harness_stream`` is the CUPTI stream id the
+    harness times; where ``None`` it is read from the candidate trace's marker.
+    Findings come back in a fixed order: identity, forbidden, launch, stream.
+    Checks the manifest turned off (``forbid_baseline: false``, ``same_stream:
+    false``) produce no finding.
+    """
+    findings: List[Finding] = []
+    findings += _check_must_run(expect, candidate)
+    findings += _check_must_not_run(expect, candidate)
+    if expect.forbid_baseline:
+        findings.append(_check_baseline(expect, candidate, baseline))
+    findings += _check_launch(expect, candidate)
+    if expect.same_stream:
+        findings.append(_check_stream(candidate, harness_stream))
+    return tuple(findings)

@@ -1,0 +1,315 @@
+"""The default oracle (``kind: rounding``): the candidate may round no worse than the baseline does.
+
+``allclose`` with torch's elementwise tolerances (fp32: rtol 1.3e-6, atol 1e-5) is the
+wrong default for anything that reduces: an honest fp32 matrix product that sums in
+another order than its reference misses it by 1.1-1.5x (issue #13). This oracle judges
+both sides against one float64 reference instead, and lets the candidate be as wrong
+as honest rounding can make it, no more.
+
+The rule, per floating output (``r`` the reference, ``b`` the baseline's output, ``c``
+the candidate's; maxima over the elements)::
+
+    err_b   = max |b - r|                      the baseline's own error
+    err_c   = max |c - r|                      the candidate's error
+    allowed = F * err_b + (C * sqrt(K) * u_acc + eps_out) * max |r|
+    pass  iff  err_c <= allowed
+
+* ``F`` (:data:`FACTOR`, or the oracle's ``factor``): how much worse than the baseline a
+  candidate may round -- what keeps the rule fair to a candidate held against an
+  inaccurate baseline (one that sums naively, or runs in TF32). ``C`` (:data:`BOUND`, or
+  the oracle's ``bound``): the constant of the error bound of a length-``K`` sum,
+  ``C * sqrt(K) * u`` relative to the output's size (the probabilistic bound: rounding
+  errors of random sign add like a random walk; the worst case is ``K * u``); it is what a
+  candidate that sums in another order needs where the baseline happens to round far
+  less (torch's pairwise ``sum``, a float64 accumulator).
+  Both constants come from ``benchmarks/oracle_margins.py`` (results in
+  ``benchmarks/results/oracle_margins.txt``, 5 op families, K from 16 to 262144, N(0,1)
+  and U(0,1) inputs, 3 seeds): with ``F = 4, C = 2`` the worst honest variant (blocked,
+  split-K, reversed, library and thread-count variants, einsum, float64 accumulation,
+  log-sum-exp softmax, one- and two-pass norms) is at 0.62 of what the rule allows; it
+  needed ``C = 1.23`` at most, and no ``F`` at all once ``C = 2``.
+* ``u_acc``: the unit roundoff of the precision products are expected to be summed in:
+  float32 for float32, bfloat16 and float16 outputs (what every GPU library does for
+  the half types), float64 for float64. ``eps_out``: one unit in the last place of the
+  output's dtype (two honest candidates may round their last step to neighbouring
+  values).
+* ``K``: the reduction length (:func:`reduction_length`).
+* Where ``r`` is not finite, ``c`` must be the same (NaN, or the same infinity). Where
+  ``b`` is not finite but ``r`` is (the baseline overflowed), ``c`` may equal ``b``
+  there or be within ``allowed`` of ``r``. NaN in ``c`` where ``r`` is finite never
+  passes. Integer and bool outputs must be equal.
+
+What it catches (same results file): a tf32, bf16 or fp16 downgrade behind an fp32
+signature on inputs whose terms cancel (N(0,1)): tf32 at 6.8 times the allowance for a
+matrix product with K = 65536, 26 at K = 4096, and more for shorter ones; bf16 and fp16
+further still; a bf16-rounded output of a softmax at 19 times; accumulation in bf16 or
+fp16 behind a half-precision output; any element wrong by more than the above.
+
+What it does not:
+
+* a downgrade whose error averages out: with inputs of one sign (U(0,1)) the input
+  rounding of a sum or product of K terms shrinks like 1/sqrt(K), and from K of a few
+  thousand it falls below what the rule allows a naive fp32 sum (tf32 at 0.12, bf16 at
+  0.10 of the allowance at K = 65536 and 262144). Such a downgrade is as accurate as an
+  honest naive sum there; no rule that admits the one can reject the other.
+* a naive sequential fp32 sum of many tiny terms next to large ones (a softmax's sum of
+  4096 or more exponentials of N(0,16) logits, one after another): the small terms are
+  lost against the large partial sum (stagnation, an error that grows like ``K * u``, not
+  ``sqrt(K) * u``), 1.8 times the allowance at K = 4096 and 4.2 at 65536. Such a
+  candidate is honest but numerically poor; a manifest that accepts it raises ``bound``.
+* an error in an element that is tiny next to ``max |r|`` (the bound is relative to the
+  output's largest magnitude: the weakness ``allclose``'s ``atol`` has too).
+
+The reference is the baseline called on its inputs upcast to float64
+(:class:`ReferenceLadder` for what happens when it cannot run that way). When no
+reference can be made, the candidate is held against the baseline's own output and
+both sides' errors are bounded by the second term (``err_b`` taken as 0, the second
+term doubled): the message says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import torch
+
+from ..manifest.spec import reduction_terms
+from .chunks import flat_chunks
+
+#: F: how many times the baseline's own error a candidate may make (measured margins:
+#: benchmarks/results/oracle_margins.txt).
+FACTOR = 4.0
+#: C: the constant of the sqrt(K) bound on a sum's error, relative to max |r| (measured: same file).
+BOUND = 2.0
+
+
+def reduction_length(inputs: Sequence[Any], output: torch.Tensor, declared: Optional[str] = None) -> Tuple[int, str]:
+    """``K`` for one output, and how it was found.
+
+    Declared (the oracle's ``reduction``), it is read off the inputs' shapes, so it
+    follows every case and every awkward size the preflight adds. Otherwise it is
+    estimated from shapes alone as the larger of (a) the largest dimension of any input
+    tensor and (b) the largest input's element count over the output's. (a) is at least
+    the inner dimension of a matrix product (``m x k @ k x n``), the length of a row a
+    softmax or a norm reduces, and the sequence length of attention; (b) is the length
+    of a reduction over whole axes (a full sum: every element). The estimate errs high
+    for elementwise ops and for products whose outer dimensions are larger than the
+    inner one: that only loosens the bound, by the square root of the excess. It errs
+    low for convolutions (``K = C_in x kh x kw``, which no single dimension shows):
+    declare ``reduction`` for those."""
+    if declared:
+        k = 1
+        for n, i, d in reduction_terms(declared):
+            if n is not None:
+                k *= n
+            else:
+                assert i is not None and d is not None
+                t = inputs[i] if i < len(inputs) else None
+                if not isinstance(t, torch.Tensor) or not -t.dim() <= d < max(t.dim(), 1):
+                    raise ValueError(f"reduction {declared!r}: inputs[{i}] has no dimension {d}")
+                k *= int(t.shape[d])
+        return max(1, k), f"K={max(1, k)} declared ({declared})"
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+    if not tensors:
+        return 1, "K=1 (no input tensors)"
+    largest_dim = max((max(t.shape) if t.dim() else 1) for t in tensors)
+    ratio = math.ceil(max(t.numel() for t in tensors) / max(1, output.numel()))
+    k = max(1, largest_dim, ratio)
+    return k, f"K={k} estimated from shapes"
+
+
+def unit_roundoff(dtype: torch.dtype) -> float:
+    """Half the machine epsilon: the largest relative error of one rounding."""
+    return float(torch.finfo(dtype).eps) / 2
+
+
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The precision products are expected to be summed in for an output of ``dtype``."""
+    real = torch.empty((), dtype=dtype).real.dtype if dtype.is_complex else dtype
+    return torch.float64 if real == torch.float64 else torch.float32
+
+
+@dataclass(frozen=True)
+class OutputError:
+    """One output's figures under the rule (see the module docstring)."""
+
+    index: int
+    bound: float
+    err_c: float
+    err_b: float
+    scale: float
+    k: int
+    k_how: str
+    allowed: float
+    nonfinite: int  # elements whose non-finite class the candidate does not match
+    ok: bool
+
+    @property
+    def ratio(self) -> float:
+        if self.nonfinite or math.isnan(self.err_c):
+            return math.inf
+        return self.err_c / self.allowed if self.allowed > 0 else (0.0 if self.err_c == 0 else math.inf)
+
+
+def output_error(index: int, ref: torch.Tensor, base: torch.Tensor, cand: torch.Tensor, k: int, k_how: str,
+                 factor: float, *, bound: float = BOUND, reference_is_baseline: bool = False) -> OutputError:
+    """The rule for one floating (or complex) output; integer and bool outputs must be equal."""
+    if not (cand.is_floating_point() or cand.is_complex()):
+        differ = int((base.to(cand.device) != cand).sum()) if base.numel() else 0
+        return OutputError(index, bound, float(differ), 0.0, 0.0, k, "exact", 0.0, 0, differ == 0)
+    wide = torch.complex128 if cand.is_complex() else torch.float64
+    if ref.numel() == 0:
+        return OutputError(index, bound, 0.0, 0.0, 0.0, k, k_how, 0.0, 0, True)
+    # Chunk by chunk in float64 (``chunks.CHUNK`` elements a time): the figures are maxima
+    # and counts, so they combine, and memory does not grow with the output.
+    zero = torch.zeros((), dtype=torch.float64, device=cand.device)
+    nonfinite = 0
+    scale = err_b = 0.0
+    parts = []
+    for _, (rc, bc, cc) in flat_chunks(ref, base, cand):
+        r = rc.to(device=cand.device, dtype=wide)
+        b = bc.to(device=cand.device, dtype=wide)
+        c = cc.to(wide)
+        # The common case first, in six passes: where the three maxima are finite numbers no
+        # element of the chunk is NaN or infinite, and they are the figures.
+        s_max, eb_max, ec_max = float(r.abs().max()), float((b - r).abs().max()), float((c - r).abs().max())
+        if math.isfinite(s_max) and math.isfinite(eb_max) and math.isfinite(ec_max):
+            scale = max(scale, s_max)
+            if not reference_is_baseline:
+                err_b = max(err_b, eb_max)
+            parts.append(ec_max)
+            del r, b, c
+            continue
+        finite_r = torch.isfinite(r)
+        finite_b = torch.isfinite(b)
+        # Where r is not finite, c must match it: NaN with NaN, an infinity with the same one.
+        both_nan = torch.isnan(r) & torch.isnan(c)
+        same_inf = torch.isinf(r) & (c == r)
+        nonfinite += int((~finite_r & ~(both_nan | same_inf)).sum())
+        # The output's size where the baseline represents it (an overflow is no measure of it).
+        scale = max(scale, float(torch.where(finite_r & finite_b, r.abs(), zero).max()))
+        if not reference_is_baseline:
+            err_b = max(err_b, float(torch.where(finite_r & finite_b, (b - r).abs(), zero).max()))
+        diff = (c - r).abs()
+        diff = torch.where(torch.isnan(diff) & finite_r, torch.full_like(diff, math.inf), diff)
+        # The baseline overflowed where the math did not: the candidate may do the same there.
+        excused = finite_r & ~finite_b & ((c == b) | (torch.isnan(c) & torch.isnan(b)))
+        parts.append(float(torch.where(finite_r & ~excused, diff, zero).max()))
+        del r, b, c, diff, excused, finite_r, finite_b
+    err_c = max(parts) if parts else 0.0
+    u_acc = unit_roundoff(accumulation_dtype(cand.dtype))
+    real = cand.real.dtype if cand.is_complex() else cand.dtype
+    eps_out = float(torch.finfo(real).eps)
+    second = (bound * math.sqrt(k) * u_acc + eps_out) * scale
+    allowed = (2 * second) if reference_is_baseline else (factor * err_b + second)
+    ok = nonfinite == 0 and err_c <= allowed
+    return OutputError(index, bound, err_c, err_b, scale, k, k_how, allowed, nonfinite, ok)
+
+
+def describe(e: OutputError, n_outputs: int, how: str, factor: float) -> str:
+    """One line: the rule, its figures and the threshold, for a finding's message."""
+    which = f"output {e.index}: " if n_outputs > 1 else ""
+    if e.nonfinite:
+        return (f"{which}{e.nonfinite} element(s) where the reference is NaN or infinite and the candidate's output "
+                f"is not the same ({how})")
+    if e.k_how == "exact":
+        return f"{which}{int(e.err_c)} element(s) differ (integer or bool output: must be equal)"
+    if how.startswith("no reference"):
+        rule = (f"|candidate - baseline| <= 2 x (C sqrt(K) u + eps) x max|baseline| = 2 x ({e.bound:g} x sqrt({e.k}) x "
+                f"u + eps) x {e.scale:.3g} = {e.allowed:.3g}")
+        return f"{which}rounding rule ({how}; {e.k_how}): worst error {e.err_c:.3g}, allowed {rule}"
+    times = f"{e.err_c / e.err_b:.3g}x the baseline's" if e.err_b > 0 else "the baseline's is 0"
+    return (f"{which}rounding rule (against a {how}; {e.k_how}): the candidate's worst error {e.err_c:.3g} "
+            f"({times} {e.err_b:.3g}); allowed F x err_b + (C sqrt(K) u + eps) x max|ref| = "
+            f"{factor:g} x {e.err_b:.3g} + ({e.bound:g} x sqrt({e.k}) x u + eps) x {e.scale:.3g} = {e.allowed:.3g}")
+
+
+class ReferenceUnavailable(Exception):
+    """No rung of the ladder could compute a reference; the message lists why each failed."""
+
+
+class ReferenceLadder:
+    """The reference of the ``rounding`` and ``relative_error`` oracles, tried in order.
+
+    Called with no arguments, it returns the reference outputs (as the plain
+    ``reference64`` callables do) and leaves how it made them in :attr:`how`. Rungs:
+
+    1. ``named`` (the oracle's ``function``, a reference implementation the manifest
+       names), on the inputs upcast to float64; then
+    2. the baseline on its inputs upcast to float64, where they are (``host=False``); then
+    3. the same on the host's CPU (``host=True`` starts here: the memory plan found no
+       room on the device). Flash and cuDNN attention, Triton kernels and compiled
+       half-precision graphs take no float64 on the GPU; their math often runs on the CPU.
+    4. the baseline on its inputs upcast to float32, only where every floating input is
+       narrower than float32 (bf16, fp16, fp8): a float32 computation rounds 2^16 times
+       less than a bf16 one, so it stands in for the exact result. For float32 inputs it
+       would be the baseline again and proves nothing, so the rung is skipped.
+
+    When every rung fails, :class:`ReferenceUnavailable` says why each did; the oracle
+    then judges the candidate against the baseline's output (module docstring). The first
+    rung that works is remembered for the next call on inputs of the same shapes."""
+
+    _remembered: dict = {}
+
+    def __init__(self, fn: Optional[Callable[..., Any]], inputs: Sequence[Any], *, host: bool = False,
+                 named: Optional[Callable[..., Any]] = None) -> None:
+        self.fn, self.inputs, self.host, self.named = fn, tuple(inputs), host, named
+        self.how = ""
+
+    def _rungs(self) -> List[Tuple[str, Callable[[], Any]]]:
+        floats = [v for v in self.inputs if isinstance(v, torch.Tensor) and v.is_floating_point()]
+        on_cpu = all(v.device.type == "cpu" for v in self.inputs if isinstance(v, torch.Tensor))
+        rungs: List[Tuple[str, Callable[[], Any]]] = []
+        if self.named is not None:
+            named = self.named
+            rungs.append(("float64 reference (the oracle's function)", lambda: named(*upcast(self.inputs, torch.float64))))
+        fn = self.fn
+        if fn is not None:
+            if not self.host:
+                rungs.append(("float64 reference (the baseline on float64 inputs)",
+                              lambda: fn(*upcast(self.inputs, torch.float64))))
+            if self.host or not on_cpu:
+                rungs.append(("float64 reference (the baseline on float64 inputs on the CPU)",
+                              lambda: fn(*upcast(self.inputs, torch.float64, device="cpu"))))
+            if floats and all(torch.finfo(v.dtype).bits < 32 for v in floats):
+                rungs.append(("float32 reference (the baseline on float32 inputs; no float64 run worked)",
+                              lambda: fn(*upcast(self.inputs, torch.float32))))
+        return rungs
+
+    def _key(self) -> Tuple[Any, ...]:
+        return (id(self.fn), id(self.named), self.host) + tuple(
+            (tuple(v.shape), v.dtype, v.device.type) if isinstance(v, torch.Tensor) else type(v).__name__
+            for v in self.inputs)
+
+    def __call__(self) -> Any:
+        rungs = self._rungs()
+        start = self._remembered.get(self._key(), 0)
+        failures: List[str] = []
+        for i, (how, run) in enumerate(rungs):
+            if i < start:
+                continue
+            try:
+                out = run()
+            except Exception as e:  # the next rung; the reason is kept for the message
+                failures.append(f"{how.split(' (')[0]} ({how.split('(', 1)[-1].rstrip(')')}) raised "
+                                f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
+                continue
+            self._remembered[self._key()] = i
+            self.how = how
+            return out
+        raise ReferenceUnavailable("; ".join(failures) or "no baseline to run")
+
+
+def upcast(values: Sequence[Any], dtype: torch.dtype, device: Optional[str] = None) -> Tuple[Any, ...]:
+    """The floating tensors among ``values`` in ``dtype`` (and on ``device``), others as they are."""
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            if device is not None:
+                v = v.to(device)
+            if v.is_floating_point():
+                v = v.to(dtype)
+        out.append(v)
+    return tuple(out)

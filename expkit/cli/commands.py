@@ -1,0 +1,360 @@
+"""``expkit`` command line: parse, translate, call the library, map to an exit code.
+
+Options and ``key=value`` overrides go in any order (``expkit run M --out D
+measure=quick``): each command's arguments are parsed with argparse's intermixed parsing.
+Exit codes: 0 supported, 1 refuted, 2 usage/manifest/configuration error, 3 invalid,
+4 inconclusive, 5 the code under test cannot fit in memory even once, 6 expkit itself
+failed (details in a file the message names), 130 interrupted. Every error is one line
+on stderr, never a traceback (:mod:`.boundary`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+from pathlib import Path
+from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
+
+from ..core.errors import EXIT_INTERRUPTED, EXIT_USAGE, ExpkitError
+from ..core.version import __version__
+
+USAGE_ERROR = EXIT_USAGE
+
+
+class UsageError(Exception):
+    """A command line argparse cannot read; printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+
+
+def _parsers() -> Tuple[_Parser, Dict[str, _Parser]]:
+    """The top-level parser (``--version``, ``--help``, the list of commands) and one parser per command."""
+    p = _Parser(prog="expkit", description="Hold a kernel speed claim against a measurement.")
+    p.add_argument("--version", action="version", version=f"expkit {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run a manifest: preflight, measure, verdict, report")
+    run.add_argument("path", nargs="?", help="a manifest file; or a folder, a quoted glob, or several paths: a suite")
+    run.add_argument("overrides", nargs="*", help="runner settings as key=value (e.g. measure=quick); "
+                     "further manifest paths (no `=`) join the suite")
+    run.add_argument("--resume", type=Path, default=None, metavar="SESSION_DIR",
+                     help="finish a suite: run only the runs of SESSION_DIR that have no result.json")
+    run.add_argument("--out", type=Path, default=None,
+                     help="output folder, for a suite its session folder (default: a new folder under reports/)")
+    run.add_argument("--json", action="store_true", help="print result.json (a suite: its summary) to stdout")
+    run.add_argument("--quiet", action="store_true", help="no progress display")
+    run.add_argument("--session", type=Path, default=None,
+                     help="add this run to a session folder (created if missing) and re-render its session.md")
+
+    val = sub.add_parser("validate", help="check manifests without running anything")
+    val.add_argument("paths", nargs="+")
+
+    rep = sub.add_parser("report", help="re-render report.md of a run folder from its stored files")
+    rep.add_argument("run_dir", type=Path)
+
+    ses = sub.add_parser("session", help="render session.md of a session (or run) folder from its stored results")
+    ses.add_argument("dir", type=Path)
+    ses.add_argument("--json", action="store_true", help="print the session's totals to stdout")
+
+    cmp_ = sub.add_parser("compare", help="compare two runs or sessions case by case; exit 1 on a regression")
+    cmp_.add_argument("a", type=Path, help="run or session folder: before")
+    cmp_.add_argument("b", type=Path, help="run or session folder: after")
+    cmp_.add_argument("--confidence", type=float, default=0.99, help="bootstrap interval level (default 0.99)")
+    cmp_.add_argument("--min-effect", type=float, default=0.05,
+                      help="smallest relative change marked as one (default 0.05)")
+    cmp_.add_argument("--gate", choices=("time", "speedup", "either"), default="time",
+                      help="which change fails the comparison (default: candidate time)")
+    cmp_.add_argument("--out", type=Path, default=None, help="also write the markdown table to this file")
+    cmp_.add_argument("--json", action="store_true", help="print the comparison as JSON")
+
+    imp = sub.add_parser("import", help="write manifests for problems in another format (kernelbench)")
+    imp.add_argument("format", choices=("kernelbench",))
+    imp.add_argument("dir", type=Path, help="folder of KernelBench-style problem and solution files")
+    imp.add_argument("--out", type=Path, default=None, help="where to write the manifests (default: DIR)")
+    imp.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    imp.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
+    imp.add_argument("--speedup", type=float, default=1.0, help="the claim written into each manifest (default 1.0)")
+    imp.add_argument("--tolerance", type=float, default=0.05)
+    imp.add_argument("--free", action="append", default=[], metavar="GLOBAL",
+                     help="an integer global of the problems (e.g. batch_size) to vary in the preflight")
+    imp.add_argument("--overwrite", action="store_true", help="replace manifests that already exist")
+
+    bis = sub.add_parser("bisect", help="git bisect with the manifest's verdict as the oracle")
+    bis.add_argument("good", help="a commit where the claim holds")
+    bis.add_argument("bad", help="a commit where it does not")
+    bis.add_argument("manifest", help="the manifest, inside the repository being bisected")
+    bis.add_argument("overrides", nargs="*", default=["measure=quick"], help="runner settings (default measure=quick)")
+
+    sch = sub.add_parser("schema", help="print the manifest's JSON Schema (for editors)")
+    sch.add_argument("--out", type=Path, default=None, help="write it to this file instead")
+
+    doc = sub.add_parser("doctor", help="what this machine can do, and what each missing piece costs a run")
+    doc.add_argument("--json", action="store_true", help="print the checks as JSON")
+    return p, dict(sub.choices)  # type: ignore[arg-type]
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """The command and its arguments; options and positionals in any order (intermixed parsing).
+
+    Raises :class:`UsageError` (one line) on anything argparse cannot read, and
+    ``SystemExit(0)`` after printing ``--help`` or ``--version``.
+    """
+    top, commands = _parsers()
+    argv = list(argv)
+    i = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
+    if i is None:
+        top.parse_args(argv)  # --help, --version, or an unknown option
+        raise UsageError(f"expkit: give a command: {', '.join(commands)} (see `expkit --help`)")
+    if i:
+        top.parse_args(argv[:i])
+    name = argv[i]
+    if name not in commands:
+        near = difflib.get_close_matches(name, list(commands), n=1)
+        hint = f"did you mean `{near[0]}`?" if near else "one of " + ", ".join(commands)
+        raise UsageError(f"expkit: unknown command {name!r} ({hint})")
+    args = commands[name].parse_intermixed_args(argv[i + 1:])
+    args.command = name
+    return args
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """One manifest through :func:`expkit.api.run`; several (or ``--resume``) through the suite runner."""
+    from .. import api
+    from ..report import store
+    from ..suites.suite import is_suite
+    from .progress import Progress
+
+    if args.session is not None and args.out is not None:
+        raise ExpkitError("run: give --out or --session, not both (a session names its run folders)")
+    words = ([args.path] if args.path else []) + list(args.overrides)
+    paths, overrides = [w for w in words if "=" not in w], [w for w in words if "=" in w]
+    if args.resume is not None or is_suite(paths):
+        return cmd_suite(args, paths, overrides)
+    if not paths:
+        raise ExpkitError("run: give a manifest, a folder of manifests or --resume SESSION_DIR "
+                          "(see `expkit run --help`)")
+    with Progress(enabled=not args.quiet and not args.json) as prog:
+        _plan_progress(prog, paths[0])
+        result = api.run(paths[0], out=args.out, session=args.session, overrides=overrides, progress=prog.update,
+                         plots=False)
+    from ..report.ci_summary import publish
+
+    stored = store.load_result(result.run_dir / store.RESULT)
+    publish([stored], [str(result.report)])
+    if args.json:
+        print(json.dumps(stored, indent=2, default=str))
+    else:
+        print("\n".join(result.summary_lines()), flush=True)
+    _draw_plots(result.run_dir)
+    return result.exit_code
+
+
+def _draw_plots(run_dir: Path) -> None:
+    """The report's figures, after the verdict is out (matplotlib's import, and on a fresh
+    machine its font cache, cost seconds nobody should wait on for a verdict)."""
+    from ..report import run_report
+
+    try:
+        run_report.write(run_dir)
+    except Exception as e:  # the verdict and report stand; say the figures are missing
+        print(f"note: the report's figures could not be drawn ({type(e).__name__}: {e})", file=sys.stderr)
+
+
+def cmd_suite(args: argparse.Namespace, paths: List[str], overrides: List[str]) -> int:
+    """Several manifests (a folder, a glob, a list) or ``--resume``: see ``suites/suite.py``."""
+    from ..suites.suite import format_summary, run_suite, stderr_log
+
+    if args.resume is not None and paths:
+        raise ExpkitError("run: give manifests or --resume SESSION_DIR, not both")
+    out = args.session if args.session is not None else args.out
+    outcome = run_suite(paths, overrides, out=out, append=args.session is not None, resume=args.resume,
+                        log=None if args.quiet or args.json else stderr_log)
+    from ..report.ci_summary import publish_session
+
+    publish_session(outcome.session_dir)
+    if args.json:
+        print(json.dumps({"session": str(outcome.session_dir), "exit_code": outcome.exit_code,
+                          "interrupted": outcome.interrupted,
+                          "runs": [{"run": r.run, "manifest": r.manifest, "status": r.status, "verdict": r.verdict,
+                                    "note": r.note} for r in outcome.rows]}, indent=2))
+    else:
+        print(format_summary(outcome))
+    return outcome.exit_code
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from ..suites.kernelbench import write_manifests
+
+    written, orphans = write_manifests(args.dir, args.out, device=args.device, precision=args.precision,
+                                       speedup=args.speedup, tolerance=args.tolerance, free=args.free,
+                                       overwrite=args.overwrite)
+    for path in written:
+        print(f"wrote {path}")
+    for sol in orphans:
+        print(f"warning: {sol}: a solution (defines ModelNew) with no problem to pair with", file=sys.stderr)
+    if not written:
+        print(f"error: {args.dir}: no problem/solution pair found", file=sys.stderr)
+        return USAGE_ERROR
+    return 0
+
+
+def _plan_progress(prog: object, path: str) -> None:
+    """Tell the progress line the run's name and cases (a bad manifest fails later, properly)."""
+    from ..manifest.spec import load
+
+    if not getattr(prog, "enabled", False) or not Path(path).is_file():
+        return
+    try:
+        m = load(path).manifest
+    except ExpkitError:
+        return
+    prog.plan(m.name, [c.name for c in m.cases])  # type: ignore[attr-defined]
+
+
+def cmd_session(args: argparse.Namespace) -> int:
+    from ..report.ci_summary import publish_session
+    from ..report.session import load_session, render_session, summary
+
+    out = render_session(args.dir)
+    if args.json:
+        print(json.dumps(summary(load_session(args.dir)), indent=2, default=str))
+    else:
+        print(out)
+    publish_session(args.dir)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from ..report.ci_summary import append
+    from ..report.compare import compare, render
+
+    c = compare(args.a, args.b, confidence=args.confidence, min_effect=args.min_effect, gate=args.gate)
+    text = render(c)
+    if args.out is not None:
+        from ..report.store import atomic_write
+
+        atomic_write(args.out, text)
+    print(json.dumps(c.to_dict(), indent=2, default=str) if args.json else text.rstrip("\n"))
+    append(text)
+    return c.exit_code
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from ..manifest.spec import load
+    from ..manifest.refs import resolve
+
+    worst = 0
+    for path in args.paths:
+        try:
+            lm = load(path)
+            m = lm.manifest
+            if m.kernelbench is not None:
+                from ..manifest.kernelbench import sides
+
+                candidate = sides(lm)[1]
+                if candidate.error:  # a solution that does not import fails as a candidate, at run time
+                    print(f"warning: {path}: {candidate.error}", file=sys.stderr)
+            else:
+                for key, ref in (("baseline", m.baseline), ("candidate", m.candidate),
+                                 ("inputs.factory", m.inputs.factory)):
+                    resolve(ref, lm.folder, manifest_path=lm.path, key=key)
+            print(f"ok: {path} ({m.name}, {len(m.cases)} case(s))")
+        except ExpkitError as e:
+            print(f"error: {e}", file=sys.stderr)
+            worst = USAGE_ERROR
+    return worst
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from ..report import run_report
+
+    print(run_report.write(args.run_dir))
+    return 0
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from ..suites.bisect import bisect
+
+    res = bisect(args.good, args.bad, args.manifest, args.overrides)
+    for st in res.steps:
+        print(f"  {st.commit[:12]}  {st.verdict}")
+    if res.first_bad is None:
+        print("no first bad commit found (every step skipped, or the range is wrong)")
+        return 1
+    print(f"first bad commit: {res.first_bad} ({res.verdict})")
+    for r in res.reasons[:3]:
+        print(f"  - {r}")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from ..manifest.json_schema import render
+
+    text = render()
+    if args.out is None:
+        sys.stdout.write(text)
+        return 0
+    from ..report.store import atomic_write
+
+    atomic_write(args.out, text)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from . import doctor
+
+    checks = doctor.diagnose()
+    if args.json:
+        print(json.dumps(doctor.as_json(checks), indent=2))
+    else:
+        sys.stdout.write(doctor.render(checks))
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "validate": cmd_validate, "report": cmd_report, "session": cmd_session,
+            "compare": cmd_compare, "bisect": cmd_bisect, "import": cmd_import, "schema": cmd_schema,
+            "doctor": cmd_doctor}
+
+
+def _details_folder(args: argparse.Namespace) -> Optional[Path]:
+    """Where a command keeps its files, for ``error.txt`` (None: a new temporary file)."""
+    if args.command == "run":
+        return args.out or args.session or args.resume
+    return {"report": getattr(args, "run_dir", None), "session": getattr(args, "dir", None)}.get(args.command)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``expkit ARGS``: the exit code (see the module docstring); never raises, never prints a traceback."""
+    from . import boundary
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parse(argv)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return USAGE_ERROR
+    except SystemExit as e:  # --help, --version
+        return e.code if isinstance(e.code, int) else 0
+    try:
+        return COMMANDS[args.command](args)
+    except ExpkitError as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BaseException as e:  # the one boundary: a line here, the traceback in a file
+        from ..api import RUN_DIR_ATTR
+
+        folder = getattr(e, RUN_DIR_ATTR, None) or _details_folder(args)
+        return boundary.crash(e, args.command, argv, folder)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,14 @@
+"""The suites stage: many manifests, each in its own worker process, into one session.
+
+* :mod:`.suite` -- ``expkit run FOLDER | GLOB | A.yaml B.yaml``: expand, launch, gather,
+  one summary and one exit code; ``--resume``.
+* :mod:`.launchers` -- where the workers run: this machine's GPUs, or SLURM (submitit).
+* :mod:`.worker` -- one manifest in its own process (``python -m expkit.suites.worker
+  RUN_DIR``) and the supervisor that enforces its time limit and writes an ``invalid``
+  result for a worker that died.
+* :mod:`.kernelbench` -- ``expkit import kernelbench DIR``: manifests from problem files.
+* :mod:`.bisect` -- ``expkit bisect``: ``git bisect`` with a manifest's verdict as the oracle.
+
+Everything here drives :func:`expkit.runner.run_manifest` (in a worker process) and
+reads back what it stored; it is the only stage above the runner.
+"""

@@ -1,0 +1,78 @@
+"""The GPU behind the CUDA timer: events, the hold, the L2 flush, the device-wide sync.
+
+:class:`Device` is the seam (tests fill it with a simulated GPU, ``tests/test_cuda_timer.py``);
+:class:`TorchCudaDevice` is the real one, over PyTorch's CUDA runtime, imported lazily so
+that this module imports on any machine. Re-exported by :mod:`.cuda_timer`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+FLUSH_MODES = ("write", "read")
+
+
+class Event(Protocol):
+    """The part of ``torch.cuda.Event`` the timer uses."""
+
+    def record(self) -> None: ...
+    def query(self) -> bool: ...
+    def elapsed_time(self, end: Any) -> float: ...  # milliseconds
+
+
+class Device(Protocol):
+    """The GPU behind the timer: events and kernels on the current stream, device-wide sync."""
+
+    l2_bytes: int
+
+    def new_event(self) -> Event: ...
+    def hold(self, cycles: int) -> None: ...
+    def flush_l2(self) -> None: ...
+    def synchronize(self) -> None: ...
+    def describe_flush(self) -> str: ...
+
+
+class TorchCudaDevice:
+    """:class:`Device` over PyTorch's CUDA runtime (imported here, not at module import)."""
+
+    def __init__(self, index: int | None = None, *, flush: str = "read", flush_factor: float = 2.0) -> None:
+        import torch
+
+        if flush not in FLUSH_MODES:
+            raise ValueError(f"flush must be one of {FLUSH_MODES}, got {flush!r}")
+        if flush_factor <= 0:
+            raise ValueError(f"flush_factor must be positive, got {flush_factor}")
+        self._torch = torch
+        self.index = torch.cuda.current_device() if index is None else index
+        self.l2_bytes = int(torch.cuda.get_device_properties(self.index).L2_cache_size)
+        self.flush = flush
+        self.flush_factor = flush_factor
+        self._buf: Any = None
+        self._out: Any = None
+
+    def new_event(self) -> Event:
+        return self._torch.cuda.Event(enable_timing=True)
+
+    def hold(self, cycles: int) -> None:
+        self._torch.cuda._sleep(int(cycles))
+
+    def flush_l2(self) -> None:
+        torch = self._torch
+        if self._buf is None:
+            n = max(1, int(self.flush_factor * self.l2_bytes) // 4)
+            self._buf = torch.zeros(n, dtype=torch.float32, device=f"cuda:{self.index}")
+            self._out = torch.empty((), dtype=torch.float32, device=f"cuda:{self.index}")
+        if self.flush == "write":
+            self._buf.zero_()
+        else:
+            # A reduction reads every byte and writes one scalar: the L2 ends up full of
+            # clean lines of this buffer, none of the op's.
+            torch.amax(self._buf, dim=0, out=self._out)
+
+    def synchronize(self) -> None:
+        self._torch.cuda.synchronize(self.index)
+
+    def describe_flush(self) -> str:
+        mib = self.flush_factor * self.l2_bytes / 2**20
+        verb = "writing" if self.flush == "write" else "reading"
+        return f"L2 flushed before each call by {verb} {mib:.0f} MiB ({self.flush_factor:g}x L2)"

@@ -1,0 +1,267 @@
+"""The GPU's own record of each call: CUPTI activity records through ``cupti-python``.
+
+:class:`CuptiRecorder` implements :class:`~.kernel_time.Recorder` with NVIDIA's
+official Python bindings (``pip install 'expkit[gpu]'``, which pulls
+``cupti-python``). It is optional: without it :func:`open_recorder` raises
+:class:`~.kernel_time.RecorderUnavailable` with the reason, and the timer falls back
+to CUDA events and says so in the result.
+
+What it enables, and why
+------------------------
+* ``CONCURRENT_KERNEL``, ``MEMCPY``, ``MEMSET``: the records of GPU work, each with
+  its start and end on the GPU, stream, device and the correlation id of its launch;
+* ``EXTERNAL_CORRELATION``: one record per API call made while a tag of ours is
+  pushed, mapping its correlation id to our external id;
+* ``RUNTIME`` and ``DRIVER``: not read, but without them CUPTI emitted no external
+  correlation records at all (measured on an H100, driver 580.159.04, cupti-python
+  13.4.0: ``scripts/probe_kernel_time.py``; with them every call of 64 was attributed).
+
+External ids are ``base + tag`` with a random 32-bit ``base`` per recorder, pushed
+on the external-correlation kind ``CUSTOM2``: Kineto (torch.profiler) uses ``CUSTOM0``
+and ``CUSTOM1``, and an id another tool pushed can then never pass for one of ours.
+
+Collection is on only between :meth:`~CuptiRecorder.start` and
+:meth:`~CuptiRecorder.stop` (one timed block): ``start`` registers the buffer
+callbacks again (torch.profiler registers its own while it runs) and enables the
+kinds; ``stop`` flushes (every buffer is handed to :meth:`_completed`, which copies
+the few fields it needs out of each record: the buffer is reused afterwards) and
+disables them, so nothing is collected while the preflight profiles with
+torch.profiler or the bench does its checks between blocks.
+
+Measured cost (H100, scripts/probe_kernel_time.py, blocks of 64 calls): the forced
+flush with this module's kind of parsing took 2-3.5 ms a block and queuing a call
+rose from 18-25 us to 20-34 us on the host; the kernels' own durations did not move
+(CUDA-event medians 46.85 vs 46.59 us and 208.29 vs 208.32 us with collection on and
+off). ``benchmarks/timing_fidelity.py`` measures it again per block.
+
+Ticks: :meth:`~CuptiRecorder.recalibrate` reads ``cupti.get_timestamp()`` (CUPTI's
+clock, in the records' ticks) against ``time.perf_counter_ns`` over ``calibrate_s``
+and snaps to exactly 1 ns per tick when within 0.2% of it (CUPTI's default on Linux);
+otherwise it keeps the measured rate (see :mod:`.kernel_time`).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+import types
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+
+from .kernel_time import KINDS, GpuRecord, Recorded, RecorderUnavailable
+
+#: Runtime APIs that never launch GPU work but are called on every torch op; with
+#: ``quiet=True`` CUPTI is told not to record them (``activity_enable_runtime_api``),
+#: so fewer records need parsing. Off by default until the fidelity benchmark has
+#: measured what it saves and shown that no call loses its records.
+QUIET_RUNTIME_APIS = (
+    "cudaGetDevice_v3020", "cudaGetLastError_v3020", "cudaPeekAtLastError_v3020",
+    "cudaStreamIsCapturing_v10000", "cudaStreamIsCapturing_ptsz_v10000", "cudaGetDeviceCount_v3020",
+    "cudaSetDevice_v3020", "cudaDeviceGetAttribute_v5000", "cudaStreamGetCaptureInfo_v12030",
+    "cudaStreamGetCaptureInfo_ptsz_v12030", "cudaPointerGetAttributes_v4000", "cudaEventQuery_v3020",
+)
+
+TAG_SPAN = 1 << 32
+SNAP = 0.002
+
+
+@dataclass(frozen=True)
+class KindCodes:
+    """The integer codes of the record kinds read, and of our external-correlation kind."""
+
+    kernel: int
+    memcpy: int
+    memset: int
+    external: int
+    ours: int
+
+
+Raw = Tuple[int, int, int, int, int, int, str]  # (kind index into KINDS, correlation, start, end, stream, device, name)
+
+
+def parse(activities: Iterable[Any], codes: KindCodes, raw: List[Raw], ext: Dict[int, int], names: bool) -> None:
+    """Copy what the span logic needs out of a buffer of CUPTI records (the buffer is
+    reused once the callback returns): GPU work into ``raw``, and our kind's external
+    correlations into ``ext`` (correlation id -> external id). Records of every other
+    kind (the runtime and driver API records) and other tools' external ids are skipped."""
+    kk, km, ks, ke, ours = codes.kernel, codes.memcpy, codes.memset, codes.external, codes.ours
+    for a in activities:
+        k = a.kind
+        if k == ke:
+            if a.external_kind == ours:
+                ext[a.correlation_id] = a.external_id
+        elif k == kk:
+            raw.append((0, a.correlation_id, a.start, a.end, a.stream_id, a.device_id, a.name if names else ""))
+        elif k == km:
+            raw.append((1, a.correlation_id, a.start, a.end, a.stream_id, a.device_id, ""))
+        elif k == ks:
+            raw.append((2, a.correlation_id, a.start, a.end, a.stream_id, a.device_id, ""))
+
+
+def join(raw: Iterable[Raw], ext: Mapping[int, int], base: int) -> Tuple[GpuRecord, ...]:
+    """GPU records with their tags: ``external id - base`` for ids pushed by this
+    recorder (``base <= id < base + 2**32``), None for everything else."""
+    out = []
+    for kind, corr, start, end, stream, device, name in raw:
+        x = ext.get(corr)
+        tag = x - base if x is not None and base <= x < base + TAG_SPAN else None
+        out.append(GpuRecord(KINDS[kind], tag, int(start), int(end), int(stream), int(device), name))
+    return tuple(out)
+
+
+def _is_python_function(f: Any) -> bool:
+    return isinstance(f, (types.FunctionType, types.MethodType))
+
+
+class CuptiRecorder:
+    """:class:`~.kernel_time.Recorder` over ``cupti-python`` (see the module docstring).
+
+    Construction imports the bindings, binds the functions it uses (a later patch of
+    the module cannot reach them) and measures the ticks. Raises
+    :class:`RecorderUnavailable` with the reason when any of that fails."""
+
+    def __init__(self, *, buffer_bytes: int = 8 << 20, quiet: bool = False, names: bool = False,
+                 calibrate_s: float = 0.02) -> None:
+        try:
+            from cupti import cupti
+        except Exception as e:  # ImportError, or a libcupti that does not load
+            raise RecorderUnavailable(f"{type(e).__name__}: {e}") from None
+        self._c = cupti
+        fns = {}
+        for name in ("activity_register_callbacks", "activity_enable", "activity_disable", "activity_flush_all",
+                     "activity_push_external_correlation_id", "activity_pop_external_correlation_id",
+                     "get_timestamp"):
+            f = getattr(cupti, name, None)
+            if f is None:
+                raise RecorderUnavailable(f"cupti-python has no {name} (version too old?)")
+            if _is_python_function(f):
+                raise RecorderUnavailable(f"cupti.{name} was replaced by a Python function")
+            fns[name] = f
+        self._register = fns["activity_register_callbacks"]
+        self._enable, self._disable = fns["activity_enable"], fns["activity_disable"]
+        self._flush = fns["activity_flush_all"]
+        self._push_fn = fns["activity_push_external_correlation_id"]
+        self._pop_fn = fns["activity_pop_external_correlation_id"]
+        self._timestamp = fns["get_timestamp"]
+        ak = cupti.ActivityKind
+        self._kinds = [ak.CONCURRENT_KERNEL, ak.MEMCPY, ak.MEMSET, ak.EXTERNAL_CORRELATION, ak.RUNTIME, ak.DRIVER]
+        self._ext_kind = cupti.ExternalCorrelationKind.CUSTOM2
+        self._codes = KindCodes(int(ak.CONCURRENT_KERNEL), int(ak.MEMCPY), int(ak.MEMSET),
+                                int(ak.EXTERNAL_CORRELATION), int(self._ext_kind))
+        self._base = secrets.randbits(31) * TAG_SPAN
+        self._buffer_bytes = int(buffer_bytes)
+        self._quiet = quiet
+        self._names = names
+        self._calibrate_s = calibrate_s
+        self._ext: Dict[int, int] = {}
+        self._raw: List[Raw] = []
+        self._collecting = False
+        self._registered = False
+        self._depth = 0
+        self.ticks_per_second = 1e9
+        try:
+            self.recalibrate()
+        except Exception as e:
+            raise RecorderUnavailable(f"cupti.get_timestamp failed: {type(e).__name__}: {e}") from None
+
+    # -- CUPTI's buffer callbacks -----------------------------------------------------------
+    def _requested(self) -> Tuple[int, int]:
+        return self._buffer_bytes, 0
+
+    def _completed(self, activities: Any) -> None:
+        parse(activities, self._codes, self._raw, self._ext, self._names)
+
+    # -- the Recorder seam ------------------------------------------------------------------
+    def start(self) -> None:
+        if self._collecting:
+            self.stop()
+        self._ext.clear()
+        self._raw.clear()
+        try:
+            self._register(self._requested, self._completed)
+        except Exception:
+            if not self._registered:  # never registered: this recorder cannot run
+                raise
+            # Registered before and refused now: go on. Were our callbacks no longer
+            # the ones CUPTI calls, the block would have no record of its hold and fall
+            # back to events (three such blocks and the timer drops the recorder).
+        self._registered = True
+        for k in self._kinds:
+            self._enable(k)
+        if self._quiet:
+            self._quiet_runtime()
+        self._collecting = True
+
+    def push(self, tag: int) -> None:
+        self._push_fn(self._ext_kind, self._base + tag)
+        self._depth += 1
+
+    def pop(self) -> None:
+        self._pop_fn(self._ext_kind)
+        self._depth -= 1
+
+    def stop(self) -> Recorded:
+        t0 = time.perf_counter()
+        while self._depth > 0:  # a call that raised between push and pop
+            self.pop()
+        try:
+            self._flush(1)
+        finally:
+            for k in self._kinds:
+                try:
+                    self._disable(k)
+                except Exception:
+                    pass
+            self._collecting = False
+        records = join(self._raw, self._ext, self._base)
+        self._raw.clear()
+        self._ext.clear()
+        return Recorded(records, self.ticks_per_second, time.perf_counter() - t0)
+
+    def recalibrate(self) -> float:
+        """Ticks of CUPTI's clock per second of the host's, measured over ``calibrate_s``."""
+        a_ts, a_ns = self._bracket()
+        end = time.perf_counter() + self._calibrate_s
+        while time.perf_counter() < end:
+            pass
+        b_ts, b_ns = self._bracket()
+        per_ns = (b_ts - a_ts) / max(b_ns - a_ns, 1)
+        if abs(per_ns - 1.0) <= SNAP:
+            per_ns = 1.0
+        self.ticks_per_second = per_ns * 1e9
+        return self.ticks_per_second
+
+    def _bracket(self) -> Tuple[int, float]:
+        """(CUPTI timestamp, host ns at the same instant): the tightest of five brackets."""
+        best: Optional[Tuple[int, int, float]] = None
+        for _ in range(5):
+            t1 = time.perf_counter_ns()
+            ts = int(self._timestamp())
+            t2 = time.perf_counter_ns()
+            if best is None or t2 - t1 < best[0]:
+                best = (t2 - t1, ts, (t1 + t2) / 2)
+        assert best is not None
+        return best[1], best[2]
+
+    def _quiet_runtime(self) -> None:
+        enable_api = getattr(self._c, "activity_enable_runtime_api", None)
+        cbids = getattr(self._c, "RuntimeApiTraceCbid", None)
+        if enable_api is None or cbids is None:
+            return
+        for name in QUIET_RUNTIME_APIS:
+            cbid = getattr(cbids, name, None)
+            if cbid is not None:
+                try:
+                    enable_api(cbid, 0)
+                except Exception:
+                    pass
+
+    def describe(self) -> str:
+        tick = "1 ns" if self.ticks_per_second == 1e9 else f"{1e9 / self.ticks_per_second:.4g} ns"
+        return (f"CUPTI activity records (cupti-python; kernels, copies and sets of each call attributed by external "
+                f"correlation; tick {tick})")
+
+
+def open_recorder(**kwargs: Any) -> CuptiRecorder:
+    """A :class:`CuptiRecorder`, or :class:`RecorderUnavailable` saying why not."""
+    return CuptiRecorder(**kwargs)

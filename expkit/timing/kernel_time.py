@@ -1,0 +1,338 @@
+"""Kernel time: each call's span on the GPU, from the GPU's own activity records.
+
+The seam between the CUDA timer and a recorder of GPU activity (CUPTI in
+:mod:`.cupti_recorder`; recorded fixtures in the tests), and the span logic over what
+it records. Nothing here imports torch or CUPTI.
+
+How calls are told apart
+------------------------
+Every host call that can launch GPU work is made with a *tag* pushed on the
+recorder (CUPTI's external correlation: an id pushed on a per-thread stack is stamped
+on every API call the thread makes until it is popped, and each kernel, copy or set
+carries the correlation id of the API call that launched it). The timer pushes, per
+chunk of calls under one hold (:class:`ChunkTags`):
+
+* ``hold`` around the spin that holds the stream (its record dates the chunk and
+  checks the recorder's clock against the CUDA events);
+* ``harness`` around its own per-call work: the L2 flush, and the bench's hook
+  inside it (NaN poison, input salt, the recheck's copy);
+* ``first_call + i`` around call ``i``.
+
+So harness work is excluded **by correlation, never by kernel name**: a candidate
+whose kernel is called ``spin_kernel`` is still its own. A record whose launch was
+made under no tag of this block -- another thread's launches (the stack is per
+thread), work queued before the block, an id someone else pushed inside a call -- is
+*foreign* if it ran inside a chunk's window on the GPU (from its hold's start to the
+next chunk's hold, or to the end of the recording for the last chunk): it may have
+shared the GPU with the calls, and the block is not trusted (the timer then falls
+back to the host's wall time, as it does for foreign work the events reveal).
+
+The span of one call
+--------------------
+From the start of its first record to the end of its last, whatever stream or device
+they ran on: gaps between a call's kernels count (they are time the caller waits),
+the launch latency before its first kernel does not (nothing of the call ran yet).
+Records on another stream or device than the hold's are included and flagged
+(``other-stream``, ``other-device``): a side stream can lengthen a call's span, never
+shorten it. A call with no record at all, or only records without timestamps, has
+no kernel time (``unrecorded``): that is not a measurement of zero, and the timer
+falls back to the call's event time for that block.
+
+Timestamps arrive in the recorder's ticks. CUPTI's default tick is a nanosecond,
+but a process that has run torch.profiler may have a timestamp callback of Kineto's
+left registered (Kineto registers one returning the CPU's time-stamp counter), so the
+recorder measures ``ticks_per_second`` against the host clock and :func:`attribute`
+divides by it; the timer cross-checks the hold's recorded duration with its CUDA
+events (:func:`hold_agrees`) and, when they disagree, measures again, then falls back
+to the ticks the holds themselves imply (:func:`block_kernel_time`).
+
+Approximations: a span covers the call's own records only; GPU time the call causes
+without launching it (an L2 write-back of the harness's flush that its first kernel
+pays for) is in the span, like in the call's event time; a call that defers work to
+code the harness runs (a finaliser) would see that work counted as the harness's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, List, Optional, Protocol, Sequence, Set, Tuple
+
+KINDS = ("kernel", "memcpy", "memset")
+
+#: Flags of a chunk (and of the block they make up), in the order reports list them.
+OTHER_STREAM = "other-stream"
+OTHER_DEVICE = "other-device"
+FOREIGN = "foreign"
+UNRECORDED = "unrecorded"
+CLOCK_MISMATCH = "clock-mismatch"
+NO_HOLD_RECORD = "no-hold-record"
+RECORDER_ERROR = "recorder-error"
+CLOCK_FROM_HOLD = "clock-from-hold"
+
+#: Shortest hold (by its events) whose record may set the recorder's ticks: the events'
+#: own microseconds are then under 0.3% of it.
+MIN_HOLD_FOR_CLOCK_S = 1e-3
+
+
+@dataclass(frozen=True)
+class GpuRecord:
+    """One kernel, memcpy or memset as the recorder saw it.
+
+    ``tag`` is the tag pushed when it was launched (None: launched under no tag of
+    the recorder's). ``start``/``end`` are in the recorder's ticks (0: unknown)."""
+
+    kind: str
+    tag: Optional[int]
+    start: int
+    end: int
+    stream: int
+    device: int
+    name: str = ""
+
+    @property
+    def timed(self) -> bool:
+        return self.start > 0 and self.end >= self.start
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What a recorder collected between ``start`` and ``stop``.
+
+    ``ticks_per_second`` converts the records' timestamps; ``host_seconds`` is what
+    collecting cost the host after the block (flush and parsing)."""
+
+    records: Tuple[GpuRecord, ...]
+    ticks_per_second: float = 1e9
+    host_seconds: float = 0.0
+    dropped: int = 0
+
+
+class Recorder(Protocol):
+    """GPU activity recorder: the seam :class:`~.cuda_timer.CudaTimer` records through.
+
+    ``start`` begins collecting; ``push(tag)``/``pop()`` bracket host calls whose
+    launches belong to ``tag`` (a non-negative int below 2**32); ``stop`` ends
+    collecting and returns every record since ``start``. ``recalibrate`` measures
+    ``ticks_per_second`` again (the timer calls it when the hold's record and its
+    events disagree) and returns it."""
+
+    def start(self) -> None: ...
+    def push(self, tag: int) -> None: ...
+    def pop(self) -> None: ...
+    def stop(self) -> Recorded: ...
+    def recalibrate(self) -> float: ...
+    def describe(self) -> str: ...
+
+
+class RecorderUnavailable(RuntimeError):
+    """No GPU activity recorder can run here; the message says why (shown in reports)."""
+
+
+@dataclass(frozen=True)
+class ChunkTags:
+    """The tags of one chunk of calls under one hold: ``hold``, ``harness`` and
+    ``first_call .. first_call + calls - 1``."""
+
+    hold: int
+    harness: int
+    first_call: int
+    calls: int
+
+    def tags(self) -> range:
+        return range(min(self.hold, self.harness, self.first_call), self.first_call + self.calls)
+
+    def call_tags(self) -> range:
+        return range(self.first_call, self.first_call + self.calls)
+
+
+class TagCounter:
+    """Hands out fresh tags: a retried chunk never reuses the tags of its first try."""
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def chunk(self, calls: int) -> ChunkTags:
+        t = ChunkTags(self._next, self._next + 1, self._next + 2, calls)
+        self._next += 2 + calls
+        return t
+
+    def reset(self) -> None:
+        self._next = 0
+
+
+@dataclass(frozen=True)
+class ChunkKernels:
+    """The kernel time of one chunk: per call, seconds (None: no usable record).
+
+    ``hold_seconds``: the hold's recorded duration (None: not recorded).
+    ``other_stream`` / ``other_device``: calls with a record off the hold's stream /
+    device. ``foreign``: records of no tag of the block inside the chunk's window.
+    ``untimed``: records without timestamps."""
+
+    calls: Tuple[Optional[float], ...]
+    hold_seconds: Optional[float]
+    other_stream: int = 0
+    other_device: int = 0
+    foreign: int = 0
+    untimed: int = 0
+    hold_ticks: Optional[int] = None
+
+    @property
+    def unrecorded(self) -> int:
+        return sum(1 for c in self.calls if c is None)
+
+    def flags(self) -> Tuple[str, ...]:
+        out = []
+        if self.other_stream:
+            out.append(OTHER_STREAM)
+        if self.other_device:
+            out.append(OTHER_DEVICE)
+        if self.foreign:
+            out.append(FOREIGN)
+        if self.unrecorded:
+            out.append(UNRECORDED)
+        if self.hold_seconds is None:
+            out.append(NO_HOLD_RECORD)
+        return tuple(out)
+
+
+def attribute(recorded: Recorded, chunks: Sequence[ChunkTags], known: Iterable[ChunkTags] = (),
+              ticks_per_second: Optional[float] = None) -> List[ChunkKernels]:
+    """Per chunk of ``chunks``, each call's span (see the module docstring).
+
+    ``known`` are further chunks of the same block (retried attempts whose timings
+    were thrown away): their records are neither a call's of ``chunks`` nor foreign.
+    ``ticks_per_second`` overrides the recorder's own figure (after a recalibration)."""
+    tps = float(ticks_per_second or recorded.ticks_per_second)
+    if tps <= 0:
+        raise ValueError(f"ticks_per_second must be positive, got {tps}")
+    ours: Set[int] = set()
+    for c in list(chunks) + list(known):
+        ours.update(c.tags())
+    by_tag: Dict[int, List[GpuRecord]] = {}
+    strangers: List[GpuRecord] = []
+    for r in recorded.records:
+        if r.tag is not None and r.tag in ours:
+            by_tag.setdefault(r.tag, []).append(r)
+        elif r.timed:
+            strangers.append(r)
+    def hold_of(c: ChunkTags) -> Optional[GpuRecord]:
+        timed = [r for r in by_tag.get(c.hold, ()) if r.timed]
+        return min(timed, key=lambda r: r.start) if timed else None
+
+    # A chunk's window on the GPU runs from its hold's start to the next chunk's hold
+    # (any attempt's) or, for the last, to the end of the recording: nothing else of
+    # the harness runs between them.
+    starts = sorted(h.start for h in (hold_of(c) for c in list(chunks) + list(known)) if h is not None)
+    out = []
+    for c in chunks:
+        hold = hold_of(c)
+        ref_stream = hold.stream if hold is not None else None
+        ref_device = hold.device if hold is not None else None
+        spans: List[Optional[float]] = []
+        other_stream = other_device = untimed = 0
+        lo: Optional[int] = hold.start if hold is not None else None
+        for tag in c.call_tags():
+            recs = by_tag.get(tag, ())
+            timed = [r for r in recs if r.timed]
+            untimed += len(recs) - len(timed)
+            if not timed or len(timed) < len(recs):
+                # A call with a record CUPTI could not time has no span we can trust.
+                spans.append(None)
+            else:
+                s, e = min(r.start for r in timed), max(r.end for r in timed)
+                spans.append((e - s) / tps)
+                lo = s if lo is None else min(lo, s)
+            if ref_stream is not None and any(r.stream != ref_stream for r in timed):
+                other_stream += 1
+            if ref_device is not None and any(r.device != ref_device for r in timed):
+                other_device += 1
+        foreign = 0
+        if lo is not None:
+            hi = next((x for x in starts if x > lo), None)
+            foreign = sum(1 for r in strangers if r.end > lo and (hi is None or r.start < hi))
+        out.append(ChunkKernels(tuple(spans), None if hold is None else (hold.end - hold.start) / tps,
+                                other_stream, other_device, foreign, untimed,
+                                None if hold is None else hold.end - hold.start))
+    return out
+
+
+def hold_agrees(recorded_s: Optional[float], event_s: float, rel: float = 0.02, abs_s: float = 5e-6) -> bool:
+    """Whether the hold's recorded duration matches its CUDA events.
+
+    The events around the hold add their own latency (about 1-3 us on an H100 /
+    H200: ``cuda_timer``'s measured bias), so the check allows ``abs_s`` on top of
+    ``rel``. Ticks misread fail it by far: after torch.profiler had run in the process,
+    CUPTI's spans of the same ops came out 2.10x their length in nanoseconds on the H100
+    of ``benchmarks/results/kernel_time_probe/kineto_then_cupti.json`` (every op, 4 us
+    to 205 us), which a timestamp callback of Kineto's counting CPU cycles explains."""
+    if recorded_s is None:
+        return False
+    return abs(recorded_s - event_s) <= rel * event_s + abs_s
+
+
+@dataclass(frozen=True)
+class KernelBlock:
+    """The kernel time of a whole block (its kept chunks), and whether to trust it.
+
+    ``calls``: per call, seconds or None. ``flags``: the union of the chunks' flags,
+    plus ``clock-mismatch`` when a hold's record and events disagreed even after the
+    recorder measured its ticks again. ``usable``: every call has a span, every hold
+    a record, and the clocks agree (foreign work is judged by the timer, which falls
+    back to the host's wall time for it)."""
+
+    calls: Tuple[Optional[float], ...]
+    flags: Tuple[str, ...]
+    ticks_per_second: float
+
+    @property
+    def usable(self) -> bool:
+        return not ({UNRECORDED, NO_HOLD_RECORD, CLOCK_MISMATCH} & set(self.flags))
+
+    @property
+    def total(self) -> float:
+        return sum(c for c in self.calls if c is not None)
+
+
+FLAG_ORDER = (OTHER_STREAM, OTHER_DEVICE, FOREIGN, UNRECORDED, NO_HOLD_RECORD, CLOCK_MISMATCH, CLOCK_FROM_HOLD,
+              RECORDER_ERROR)
+
+
+def block_kernel_time(recorded: Recorded, kept: Sequence[ChunkTags], attempted: Sequence[ChunkTags],
+                      event_holds: Sequence[float], recalibrate: Optional[Callable[[], float]] = None,
+                      ticks_per_second: Optional[float] = None) -> KernelBlock:
+    """Attribute a block's records to its kept chunks and check the recorder's clock.
+
+    ``event_holds[i]`` is chunk ``i``'s hold as its CUDA events timed it. The ticks are
+    ``ticks_per_second`` (what agreed last time) or the recorder's own figure. When a
+    hold's record disagrees with its events (:func:`hold_agrees`): ``recalibrate()`` is
+    asked for the ticks again once; if they still disagree, the ticks are taken from
+    the holds themselves (their recorded ticks over their event seconds, median over the
+    holds of at least :data:`MIN_HOLD_FOR_CLOCK_S`; flag ``clock-from-hold``), which
+    every hold must then agree with; a disagreement that remains is ``clock-mismatch``.
+    ``KernelBlock.ticks_per_second`` is the figure used, for the next block."""
+    tps = float(ticks_per_second or recorded.ticks_per_second)
+    chunks = attribute(recorded, kept, attempted, tps)
+
+    def disagree(cs: Sequence[ChunkKernels]) -> bool:
+        return any(c.hold_seconds is not None and not hold_agrees(c.hold_seconds, e)
+                   for c, e in zip(cs, event_holds))
+
+    flags: Set[str] = set()
+    mismatch = disagree(chunks)
+    if mismatch and recalibrate is not None:
+        tps = float(recalibrate())
+        chunks = attribute(recorded, kept, attempted, tps)
+        mismatch = disagree(chunks)
+    if mismatch:
+        rates = sorted(c.hold_ticks / e for c, e in zip(chunks, event_holds)
+                       if c.hold_ticks and e >= MIN_HOLD_FOR_CLOCK_S)
+        if rates:
+            tps = rates[len(rates) // 2]
+            chunks = attribute(recorded, kept, attempted, tps)
+            mismatch = disagree(chunks)
+            flags.add(CLOCK_FROM_HOLD)
+    flags.update(f for c in chunks for f in c.flags())
+    if mismatch:
+        flags.add(CLOCK_MISMATCH)
+    return KernelBlock(tuple(x for c in chunks for x in c.calls), tuple(f for f in FLAG_ORDER if f in flags), tps)

@@ -1,0 +1,94 @@
+"""The memory plan from one plain call's figures (expkit/bench/memory.py)."""
+
+from __future__ import annotations
+
+import torch
+
+from expkit.bench.memory import GiB, measure_call, plan
+
+L2 = 50 << 20
+
+
+def probe(i, o, peak, free):
+    return {"input_bytes": i, "output_bytes": o, "peak_bytes": peak, "free": free}
+
+
+def test_small_inputs_keep_every_defence_and_every_input_set():
+    p = plan(probe(4 << 20, 4 << 20, 8 << 20, 70 * GiB), input_sets=4, l2_bytes=L2)
+    assert (p.input_sets, p.hold_previous, p.keep_pristine, p.clone_for_baseline, p.reference) == \
+        (4, True, True, True, "device")
+    assert not p.notes
+
+
+def test_inputs_far_beyond_l2_use_one_set():
+    p = plan(probe(1 * GiB, 1 * GiB, 2 * GiB, 70 * GiB), input_sets=4, l2_bytes=L2)
+    assert p.input_sets == 1 and "L2" in p.notes[0]
+
+
+def test_an_8_gib_problem_gives_copies_up_until_it_is_within_twice_its_plain_peak():
+    """KernelBench's 8 GiB reductions: the full plan projects 56 GiB; the budget is 2 x 8 + 1."""
+    p = plan(probe(8 * GiB, 1 << 20, 8 * GiB, 78 * GiB), input_sets=4, l2_bytes=L2)
+    assert p.input_sets == 1
+    assert p.budget_bytes == 17 * GiB and p.projected_bytes <= p.budget_bytes
+    assert (p.hold_previous, p.keep_pristine, p.clone_for_baseline, p.reference) == (False, False, False, "host")
+    assert len(p.notes) == 5
+
+
+def test_free_memory_caps_the_budget():
+    p = plan(probe(256 << 20, 256 << 20, 512 << 20, 1 * GiB), input_sets=4, l2_bytes=L2)
+    assert p.budget_bytes == int(0.85 * GiB)
+
+
+def test_a_plan_that_still_does_not_fit_says_so():
+    p = plan(probe(30 * GiB, 30 * GiB, 60 * GiB, 78 * GiB), input_sets=4, l2_bytes=L2)
+    assert not p.hold_previous and not p.keep_pristine and not p.clone_for_baseline and p.reference == "host"
+    assert "over" in p.notes[-1]
+
+
+def test_an_unmeasured_call_gives_the_full_plan_and_says_it_was_not_sized():
+    p = plan({"free": None}, input_sets=4, l2_bytes=None)
+    assert p.input_sets == 4 and "not sized" in p.notes[0]
+
+
+def test_measure_call_reports_bytes_on_the_host():
+    got = measure_call(lambda x: x * 2, lambda: (torch.randn(1 << 20),), "cpu")
+    assert got["input_bytes"] == 4 << 20 and got["output_bytes"] == 4 << 20
+    assert got["peak_bytes"] is None or got["peak_bytes"] >= 0
+
+
+def test_measure_call_turns_out_of_memory_into_data():
+    def boom(x):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+    got = measure_call(boom, lambda: (torch.randn(4),), "cpu")
+    assert got["oom"] and "Tried to allocate" in got["raised"]
+
+
+def test_a_baseline_that_cannot_run_once_ends_with_exit_5_a_report_and_no_traceback(tmp_path, capsys):
+    import json
+    import textwrap
+
+    from expkit.cli import main
+
+    (tmp_path / "oom.py").write_text(textwrap.dedent('''
+        import torch
+        def inputs(params, gen, device):
+            return (torch.randn(8, generator=gen, device=device),)
+        def base(x):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.1 GiB total)")
+        def cand(x):
+            return x * 2
+    '''))
+    (tmp_path / "m.yaml").write_text(textwrap.dedent('''
+        name: oom
+        claim: {speedup: 1.5}
+        baseline: oom:base
+        candidate: oom:cand
+        inputs: {factory: oom:inputs}
+        cases: [{name: c, params: {}}]
+    '''))
+    code = main(["run", str(tmp_path / "m.yaml"), "measure=quick", "--out", str(tmp_path / "run"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 5 and "Traceback" not in err and "20.00 GiB" in err
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["verdict"] == "inconclusive" and "exit code 5" in result["reasons"][0]
+    assert (tmp_path / "run" / "report.md").is_file()

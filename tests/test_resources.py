@@ -1,0 +1,298 @@
+"""Resource accounting around timed blocks (check ``resources``), multiprocessing's helper
+processes (not the candidate's work), and other processes on the GPU (``gpu-processes``).
+
+The clocks and /proc are seams: seeded fakes here, the real ones in the live tests.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional, Tuple
+
+import pytest
+
+from expkit.checks import activity
+from expkit.checks.activity import CpuUse, ResourceAccount
+from expkit.core.findings import INVALID, WARNING
+
+
+class FakeReader:
+    """A process whose threads spend scripted CPU time per block, with seeded jitter."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.rng = random.Random(seed)
+        self.wall = 0
+        self.threads: Dict[int, int] = {100: 0}
+        self.plan: List[Tuple[float, Dict[int, float]]] = []  # (wall s, {tid: busy fraction})
+
+    def block(self, wall_s: float, busy: Dict[int, float]) -> None:
+        self.plan.append((wall_s, busy))
+
+    def wall_ns(self) -> int:
+        return self.wall
+
+    def process_cpu_ns(self) -> int:
+        return sum(self.threads.values())
+
+    def thread_cpu_ns(self) -> Dict[int, int]:
+        return dict(self.threads)
+
+    def run(self) -> None:
+        """Advance the clocks by the next planned block (called between begin and end)."""
+        wall_s, busy = self.plan.pop(0)
+        ns = int(wall_s * 1e9)
+        self.wall += ns
+        for tid, frac in busy.items():
+            jitter = 1 + self.rng.uniform(-0.02, 0.02)
+            self.threads[tid] = self.threads.get(tid, 0) + int(ns * min(1.0, frac * jitter))
+
+
+def account(reader: FakeReader, threads: Optional[int] = 1, role: str = "candidate") -> ResourceAccount:
+    return ResourceAccount(threads, role=role, case="c", reader=reader)
+
+
+def timed(acc: ResourceAccount, reader: FakeReader):
+    acc.begin()
+    reader.run()
+    return acc.end()
+
+
+def test_one_core_within_one_allowed_thread_passes():
+    r = FakeReader()
+    acc = account(r)
+    for _ in range(20):
+        r.block(0.05, {100: 1.0, 101: 0.02})  # the main thread, and a pool thread waking briefly
+        assert timed(acc, r) is None
+
+
+def test_more_cores_than_allowed_is_invalid_and_names_the_figures():
+    r = FakeReader(1)
+    acc = account(r)
+    r.block(0.05, {100: 1.0, 101: 0.95, 102: 0.9})
+    f = timed(acc, r)
+    assert f is not None and f.check == "resources" and not f.ok and f.severity == INVALID and f.case == "c"
+    assert "2.8" in f.message or "2.9" in f.message
+    assert "3 threads" in f.message and "measure.cpu_threads allows 1" in f.message and "limit 1.50" in f.message
+    assert f.figure is not None and f.threshold == pytest.approx(1.5)
+    r.block(0.05, {100: 1.0, 101: 1.0})
+    assert timed(acc, r) is None  # reported once per account
+
+
+def test_the_baseline_over_its_cores_is_a_warning():
+    r = FakeReader(2)
+    r.block(0.05, {100: 1.0, 101: 1.0})
+    f = timed(account(r, role="baseline"), r)
+    assert f is not None and f.severity == WARNING and "the baseline's process" in f.message
+
+
+def test_short_blocks_are_pooled_before_they_are_judged():
+    r = FakeReader(3)
+    acc = account(r)
+    for _ in range(3):
+        r.block(0.005, {100: 1.0, 101: 1.0})
+        assert timed(acc, r) is None  # 5 ms each: too short alone
+    r.block(0.006, {100: 1.0, 101: 1.0})
+    f = timed(acc, r)
+    assert f is not None and "21.0 ms" in f.message
+
+
+def test_one_busy_thread_on_two_cores_worth_is_not_enough_threads():
+    # CPU time above the limit but from one thread cannot happen on a real clock; a
+    # reading like it (a clock step) must not invalidate a run on its own.
+    r = FakeReader(4)
+    r.block(0.05, {100: 1.0})
+    acc = account(r)
+    acc.begin()
+    r.run()
+    r.threads[100] += int(0.05e9)
+    assert acc.end() is None
+
+
+def test_no_thread_limit_judges_nothing():
+    r = FakeReader(5)
+    r.block(0.05, {100: 1.0, 101: 1.0, 102: 1.0})
+    assert timed(account(r, threads=None), r) is None
+
+
+def test_end_without_begin_is_a_bug():
+    with pytest.raises(RuntimeError):
+        account(FakeReader()).end()
+
+
+def test_cpu_use_figures():
+    use = CpuUse(0.1, 0.25, ((1, 0.1), (2, 0.1), (3, 0.05), (4, 0.001)))
+    assert use.cores == pytest.approx(2.5) and use.ran(0.1) == 3
+
+
+def test_the_real_clocks_see_the_busy_thread():
+    import threading
+
+    reader = activity.ProcCpuReader()
+    me = threading.get_native_id()
+    t0, c0, own0 = reader.thread_cpu_ns(), reader.process_cpu_ns(), time.thread_time_ns()
+    start = time.perf_counter()
+    while time.thread_time_ns() - own0 < 20_000_000 and time.perf_counter() - start < 10:
+        pass  # 20 ms of this thread's CPU time, however loaded the machine
+    own = time.thread_time_ns() - own0
+    t1, c1 = reader.thread_cpu_ns(), reader.process_cpu_ns()
+    assert abs((t1[me] - t0[me]) - own) < 2_000_000  # the per-thread clock read through its tid
+    assert c1 - c0 >= own - 2_000_000
+
+
+# --- multiprocessing's helpers ----------------------------------------------------------------
+
+
+def fake_proc(cmd: List[str], state: str = "S", cpu_ticks: int = 5):
+    stat = f"123 (python) {state} 1 1 1 0 -1 0 0 0 0 0 {cpu_ticks} 0 0 0 20 0 1 0 100 0 0".encode()
+
+    def read(path: str) -> Optional[bytes]:
+        if path.endswith("/cmdline"):
+            return b"\0".join(c.encode() for c in cmd) + b"\0"
+        if path.endswith("/stat"):
+            return stat
+        return None
+    return read
+
+
+TRACKER = [sys.executable, "-B", "-c", "from multiprocessing.resource_tracker import main;main(11)"]
+
+
+def test_helper_processes_are_recognised_by_their_command_line_and_idleness():
+    assert activity.helper_process(123, fake_proc(TRACKER))
+    assert activity.helper_process(123, fake_proc(
+        [sys.executable, "-c", "from multiprocessing.forkserver import main; main(9, 10, ['__main__'], **{})"]))
+    # the same command line with more code after it: not the helper
+    assert not activity.helper_process(123, fake_proc(TRACKER[:-1] + [TRACKER[-1] + "; import work; work.run()"]))
+    # running, or having used more CPU than an interpreter's start-up: not idle
+    assert not activity.helper_process(123, fake_proc(TRACKER, state="R"))
+    assert not activity.helper_process(123, fake_proc(TRACKER, cpu_ticks=1000))
+    assert not activity.helper_process(123, fake_proc([sys.executable, "worker.py"]))
+
+
+def test_the_resource_tracker_is_not_a_new_child():
+    """Regression (audits, torch.compile): the resource tracker that compiled code starts lazily
+    in a worker was counted as "1 new child process still running"."""
+    from multiprocessing import resource_tracker
+
+    before = activity.child_pids()
+    resource_tracker.ensure_running()
+    pid = resource_tracker._resource_tracker._pid
+    if pid is None:
+        pytest.skip("this Python's resource tracker runs in no process of its own")
+    time.sleep(0.2)  # let it settle into its read
+    assert pid not in activity.child_pids()
+    assert activity.child_pids() - before == frozenset()
+
+
+def test_a_busy_child_is_still_counted():
+    p = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 5: pass"])
+    try:
+        time.sleep(0.3)
+        assert p.pid in activity.child_pids()
+    finally:
+        p.kill()
+        p.wait()
+
+
+# --- other processes on the GPU ------------------------------------------------------------------
+
+
+def proc_table(starts: Dict[int, int], uid: int):
+    def read(path: str) -> Optional[bytes]:
+        parts = path.split("/")
+        pid = int(parts[2])
+        if pid not in starts:
+            return None
+        if parts[3] == "stat":
+            return f"{pid} (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {starts[pid]} 0 0".encode()
+        if parts[3] == "status":
+            return f"Name:\tx\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n".encode()
+        return None
+    return read
+
+
+def test_a_process_started_during_the_run_on_the_gpu_is_invalid_and_a_neighbour_a_warning():
+    uid = os.getuid()
+    read = proc_table({10: 1000, 11: 1000, 12: 1500, 13: 500}, uid)
+    procs = lambda index: [(10, 2**30), (11, 2**29), (12, 3 * 2**30), (13, None), (99, 2**20)]  # noqa: E731
+    found = activity.gpu_neighbours(0, run_pids=(10, 11), since_pid=11, case="c", processes=procs, read=read)
+    started = [f for f in found if f.severity == INVALID]
+    others = [f for f in found if f.severity == WARNING]
+    assert len(started) == 1 and "pid 12 (3.00 GiB)" in started[0].message and not started[0].ok
+    assert len(others) == 1 and "pid 13" in others[0].message and "pid 99" in others[0].message
+    assert activity.gpu_neighbours(0, (10, 11), 11, processes=lambda i: [(10, 1)], read=read) == []
+
+
+def test_no_nvml_says_not_checked():
+    def broken(index: int):
+        raise OSError("NVML Shared Library Not Found")
+    (f,) = activity.gpu_neighbours(0, (1,), 1, processes=broken)
+    assert f.ok and "not checked" in f.message
+
+
+if __name__ == "__main__":  # pragma: no cover
+    multiprocessing.freeze_support()
+
+
+class SpinningPool:
+    """A reader whose one pool thread keeps spinning for ``spins`` more readings, then sleeps."""
+
+    def __init__(self, spins: int) -> None:
+        self.spins, self.reads, self.pool = spins, 0, 0
+
+    def thread_cpu_ns(self) -> Dict[int, int]:
+        self.reads += 1
+        if self.reads <= self.spins:
+            self.pool += 2_000_000  # 2 ms of CPU per 2 ms step: on a core the whole time
+        import threading
+
+        return {threading.get_native_id(): self.reads * 1000, 999: self.pool}
+
+
+def test_settle_waits_out_the_harness_pool_after_wide_work():
+    activity.wide_work_ended()
+    r = SpinningPool(spins=4)
+    waited = activity.settle(r)
+    assert r.reads == 5  # the first reading, three more still spinning, then one quiet
+    assert 0.008 <= waited < 0.1  # four steps of 2 ms
+
+
+def test_settle_gives_up_on_a_thread_that_never_goes_quiet():
+    activity.wide_work_ended()
+    r = SpinningPool(spins=10**6)
+    waited = activity.settle(r, limit_s=0.03)
+    assert 0.03 <= waited < 0.1
+
+
+def test_settle_reads_nothing_long_after_wide_work(monkeypatch):
+    monkeypatch.setattr(activity, "_WIDE_END", [time.perf_counter() - 10.0])
+    r = SpinningPool(spins=10**6)
+    assert activity.settle(r) == 0.0 and r.reads == 0
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores for the harness's pool")
+def test_a_single_threaded_block_right_after_the_harness_used_every_core_is_not_charged_its_pool():
+    """The false alarm CI found: the baseline's worker judged on every core, its OpenMP
+    pool kept spinning into the next timed block, and that block was charged 1.5 cores."""
+    import torch
+
+    from expkit.checks.preflight import harness_threads
+
+    torch.set_num_threads(1)
+    x = torch.randn(1024, 1024)
+    for _ in range(5):
+        with harness_threads():
+            (x @ x).sum()
+        reader = activity.ProcCpuReader()
+        activity.settle(reader)
+        acc = ResourceAccount(1, role="baseline", case="c", reader=reader)
+        acc.begin()
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 0.03:
+            x[:64, :64].sum()
+        assert acc.end() is None

@@ -1,0 +1,95 @@
+"""The torch callable identity audit (bench/tamper.py) and the mode stacks (checks/global_state.py).
+
+A candidate that replaces a torch function the harness or the baseline calls, or pushes
+a torch function mode that never pops, is seen at the next check.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+from expkit.bench import tamper
+from expkit.checks.global_state import snapshot_state, state_changes
+
+
+def test_every_watched_torch_name_resolves():
+    missing = []
+    for name in tamper.HARNESS_TORCH:
+        try:
+            tamper._resolve_dotted(name)  # noqa: SLF001 -- the same lookup the snapshot makes
+        except Exception:
+            missing.append(name)
+    assert not missing
+    assert tamper.foreign(tamper.HARNESS_TORCH) == []
+
+
+def test_a_replaced_harness_method_is_seen_at_the_next_hot_check(monkeypatch):
+    snap = tamper.FunctionSnapshot.take()
+    assert snap.changed(hot_only=True) == []
+    monkeypatch.setattr(torch.Tensor, "element_size", lambda self: 1)
+    assert "torch.Tensor.element_size (replaced)" in snap.changed(hot_only=True)
+    monkeypatch.undo()
+    assert snap.changed(hot_only=True) == []
+
+
+def test_the_baselines_callables_come_from_its_ops():
+    names = tamper.torch_callables_for(["aten::softmax", "aten::linear", "aten::add_", "aten::_softmax",
+                                        "aten::mm.out", "expkit::op", "aten::no_such_op"])
+    assert {"torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.nn.functional.linear",
+            "torch.Tensor.add_", "torch.mm", "torch.Tensor.mm"} <= set(names)
+    assert not any("_softmax" in n or "no_such_op" in n or "expkit" in n for n in names)
+
+
+def test_watch_adds_the_baselines_callables_and_flags_one_replaced_before(monkeypatch):
+    snap = tamper.FunctionSnapshot.take()
+    monkeypatch.setattr(F, "gelu", lambda x, approximate="none": x)  # before the watch: not torch's own
+    names = tamper.torch_callables_for(["aten::gelu", "aten::softmax"])
+    assert snap.watch(names) == ["torch.nn.functional.gelu (not torch's own)"]
+    monkeypatch.setattr(torch, "softmax", lambda *a, **k: None)  # after: replaced
+    assert "torch.softmax (replaced)" in snap.changed(hot_only=True)
+
+
+def test_foreign_accepts_torchs_own_python_and_builtins():
+    assert tamper.foreign(["torch.nn.functional.softmax", "torch.mm", "torch.Tensor.add_",
+                           "torch.Tensor.__torch_function__", "torch.cuda.synchronize"]) == []
+
+
+def test_a_code_swap_in_place_is_seen(monkeypatch):
+    snap = tamper.FunctionSnapshot.take()
+    fn = F.softmax
+    snap.watch(["torch.nn.functional.softmax"])
+    monkeypatch.setattr(fn, "__code__", (lambda input, dim=None, _stacklevel=3, dtype=None: input).__code__)
+    assert "torch.nn.functional.softmax (code swapped)" in snap.changed(hot_only=True)
+
+
+def test_a_pushed_torch_function_mode_is_a_change_of_global_state():
+    from torch.overrides import TorchFunctionMode
+
+    class Spy(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    before = snapshot_state()
+    mode = Spy()
+    mode.__enter__()
+    try:
+        changes = state_changes(before, snapshot_state())
+    finally:
+        mode.__exit__(None, None, None)
+    assert changes == ["torch function modes (stack depth): 0 -> 1"]
+    assert state_changes(before, snapshot_state()) == []
+
+
+def test_the_hot_check_is_cheap():
+    """The cost the lead's per-block call adds (figures in benchmarks/results/defence_overhead.md)."""
+    snap = tamper.FunctionSnapshot.take()
+    snap.watch(tamper.torch_callables_for(["aten::softmax", "aten::mm", "aten::linear"]))
+    snap.changed(hot_only=True)
+    t0 = time.perf_counter()
+    for _ in range(200):
+        snap.changed(hot_only=True)
+    per = (time.perf_counter() - t0) / 200
+    assert per < 5e-3  # a loose ceiling for a loaded CI machine; the measured figure is far below

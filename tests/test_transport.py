@@ -1,0 +1,89 @@
+"""Tensors between worker processes by descriptor (expkit/bench/transport.py)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+
+import pytest
+import torch
+
+from expkit.bench.transport import PREFIX, SHM_DIR, Exporter, Importer, pack, unpack
+
+
+def _sums(q_in, q_out):
+    imp = Importer()
+    ts = imp.open(json.loads(q_in.get()))
+    q_out.put([[float(t.double().sum()), list(t.shape), str(t.dtype)] for t in ts])
+    imp.close()
+
+
+def test_host_tensors_cross_a_process_boundary_with_views_strides_and_dtypes_intact():
+    e = Exporter()
+    placed = e.place(torch.randn(3, 5))
+    assert placed._version == 0  # placed like a freshly built tensor
+    values = [placed, placed[1:], torch.arange(10)[2:8], torch.randn(4, 6).t(), torch.randn(7).bfloat16(),
+              torch.tensor(3.0)]
+    descs = e.export(values)
+    ctx = mp.get_context("spawn")
+    qi, qo = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=_sums, args=(qi, qo))
+    p.start()
+    qi.put(json.dumps(descs))
+    got = qo.get(timeout=60)
+    p.join(30)
+    assert got == [[float(t.double().sum()), list(t.shape), str(t.dtype)] for t in values]
+    e.release()
+    assert not [f for f in os.listdir(SHM_DIR) if f.startswith(f"{PREFIX}{os.getpid()}-")]
+
+
+def test_a_placed_tensor_is_exported_without_a_copy():
+    e = Exporter()
+    placed = e.place(torch.zeros(16))
+    d = e.export([placed[4:]])[0]
+    imp = Importer()
+    (seen,) = imp.open([d])
+    placed[4] = 7.0  # the importer sees the producer's memory, not a copy of it
+    assert float(seen[0]) == 7.0
+    imp.close()
+    e.release()
+
+
+def test_the_importer_refuses_a_path_that_is_not_an_expkit_shared_file(tmp_path):
+    with pytest.raises(ValueError, match="not an expkit shared file"):
+        Importer().open([{"kind": "host", "path": "/etc/passwd", "base": 0, "dtype": "torch.uint8", "shape": [1],
+                          "stride": [1], "offset": 0, "nbytes": 1}])
+
+
+def test_subclasses_are_not_exported():
+    class Lazy(torch.Tensor):
+        pass
+
+    with pytest.raises(TypeError, match="plain torch.Tensor"):
+        Exporter().export([torch.randn(2).as_subclass(Lazy)])
+
+
+def test_pack_and_unpack_keep_nesting():
+    value = {"ins": [["a", 0, ((torch.ones(2),), {"k": torch.zeros(1)})]], "n": None, "s": "x"}
+    skeleton, tensors = pack(value)
+    json.dumps(skeleton)
+    back = unpack(skeleton, tensors)
+    assert back["ins"][0][2][0][0] is tensors[0] and back["ins"][0][2][1]["k"] is tensors[1]
+    assert back["n"] is None and back["s"] == "x"
+
+
+@pytest.mark.gpu
+def test_cuda_tensors_cross_by_ipc_without_a_copy():
+    e = Exporter()
+    values = [torch.randn(64, 64, device="cuda"), torch.arange(100, device="cuda")[10:90:2]]
+    descs = e.export(values)
+    ctx = mp.get_context("spawn")
+    qi, qo = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=_sums, args=(qi, qo))
+    p.start()
+    qi.put(json.dumps(descs))
+    got = qo.get(timeout=120)
+    p.join(60)
+    assert got == [[float(t.double().sum()), list(t.shape), str(t.dtype)] for t in values]
+    e.release()
