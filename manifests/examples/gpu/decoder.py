@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, Optional
 import torch
 import torch.nn.functional as F
 
-from expkit.end_to_end import Workload
+from expkit import Workload
 
 Tensor = torch.Tensor
 
