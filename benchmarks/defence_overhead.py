@@ -13,6 +13,14 @@ the budget; the two ways then do the same timed work, and the difference in wall
 time is what the defences add around it (worker process, channel round trips, fresh
 inputs, rechecks, the envelope, the preflight's extra calls).
 
+``--micro`` instead times, in this process, each check the defences of issue #13 add
+per call or per block, over many repetitions (the median of 7 rounds): the function
+snapshot's hot check (the lead calls it before and after each timed block), the
+global-state snapshot, the CPU-time account's ``begin()`` + ``end()``, the child-process
+count, the rounding oracle against ``allclose`` on one output, and the profiled identity
+call with and without the operand record. A per-block cost is to be read against a
+block's length (at least the clock's resolution times the calls in it: milliseconds).
+
 The table gives, per manifest and way: the median wall time of the whole run, of
 the measurement phase (``measured.cases.*.wall_seconds``, summed over cases) and of
 the timed calls themselves, the overhead of "on" over "off" on each, and the
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -52,8 +61,77 @@ def one(manifest: Path, on: bool, max_seconds: float, extra: List[str], out: Pat
             "alarms": [f["check"] for f in r["checks"] if not f["ok"] and f.get("severity") != "warning"]}
 
 
+def _per_call(fn: Any, number: int) -> float:
+    """Median over 7 rounds of the seconds one call of ``fn`` takes."""
+    fn()
+    times = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        times.append((time.perf_counter() - t0) / number)
+    return statistics.median(times)
+
+
+def micro() -> List[Dict[str, Any]]:
+    """The per-call costs of the checks issue #13 adds (see the module docstring)."""
+    sys.path.insert(0, str(ROOT))
+    import torch
+
+    from expkit.bench import tamper
+    from expkit.checks import activity, global_state, oracles, rounding, trace
+    from expkit.manifest.spec import Oracle
+
+    snap = tamper.FunctionSnapshot.take()
+    snap.watch(tamper.torch_callables_for(["aten::matmul", "aten::mm", "aten::softmax", "aten::linear",
+                                           "aten::addmm", "aten::gelu", "aten::layer_norm"]))
+    acc = activity.ResourceAccount(1)
+
+    def account() -> None:
+        acc.begin()
+        acc.end()
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(256, 1024, generator=g), torch.randn(1024, 256, generator=g)
+    exp, act = a @ b, torch.einsum("mk,kn->mn", a, b)
+    ladder = rounding.ReferenceLadder(torch.mm, (a, b))
+    rows = [
+        ("tamper: FunctionSnapshot.changed(hot_only=True)", f"{sum(1 for n in snap.entries if n.startswith(tamper.HOT_PREFIXES))} hot entries",
+         _per_call(lambda: snap.changed(hot_only=True), 200)),
+        ("global-state: snapshot_state()", "", _per_call(global_state.snapshot_state, 200)),
+        ("resources: ResourceAccount begin() + end()", f"{len(os.listdir('/proc/self/task'))} threads",
+         _per_call(account, 200)),
+        ("threads: child_pids()", "", _per_call(activity.child_pids, 200)),
+        ("oracle:rounding on one 256x256 output (K=1024), float64 reference included", "",
+         _per_call(lambda: oracles.check_outputs(Oracle(), exp, act, case="c", reference64=ladder, inputs=(a, b)), 5)),
+        ("oracle:allclose on the same output", "",
+         _per_call(lambda: oracles.check_outputs(Oracle(kind="allclose", rtol=1e-3, atol=1e-3), exp, act,
+                                                 case="c"), 5)),
+        ("identity: one profiled call, with shapes and allocations (now)", "", _per_call(
+            lambda: trace.capture(lambda: torch.matmul(a, b), cuda=False), 3)),
+    ]
+
+    def plain() -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            torch.matmul(a, b)
+        trace.parse_chrome_trace(trace.exported(prof, cuda=False))
+
+    rows.append(("identity: the same without them (before)", "", _per_call(plain, 3)))
+    return [{"check": n, "note": note, "seconds": sec} for n, note, sec in rows]
+
+
 def main(argv: List[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if "--micro" in argv:
+        out = micro()
+        print(f"torch threads {__import__('torch').get_num_threads()}, load average {os.getloadavg()[0]:.2f}")
+        print("| check | per call | note |")
+        print("|---|---|---|")
+        for r in out:
+            print(f"| {r['check']} | {r['seconds'] * 1e6:,.1f} us | {r['note']} |")
+        return 0
     extra: List[str] = []
     if "--" in argv:
         i = argv.index("--")

@@ -62,8 +62,8 @@ OVERRIDES = ["measure=quick", "measure.min_seconds=0.05", "measure.max_seconds=0
 
 
 def run(start: str, n: int, folder: Path, out: Path) -> dict:
-    from expkit import worker
-    from expkit.suite import run_suite
+    from expkit.suites import worker
+    from expkit.suites.suite import run_suite
 
     t0 = time.perf_counter()
     warm = worker.warm_up(start)  # the fork server's imports: once per suite

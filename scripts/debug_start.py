@@ -1,0 +1,56 @@
+"""Debug: where a run's start-up goes (fork server, the two workers' hello, the plan).
+
+A script for the device, not a test. Prints the wall seconds of each step for one
+manifest, and what a bare process pays for the imports the fork server preloads.
+
+Usage: python scripts/debug_start.py MANIFEST
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def main() -> None:
+    manifest = sys.argv[1]
+    for mod in ("torch", "torch._dynamo", "torch.profiler", "torch._inductor.standalone_compile", "triton"):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", f"import {mod}"], check=False)
+        print(f"import {mod} in a fresh process: {time.perf_counter() - t:.2f} s", flush=True)
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()"])
+    print(f"fresh process + CUDA context: {time.perf_counter() - t:.2f} s", flush=True)
+    from expkit.bench.endpoint import warm_up_forkserver
+    from expkit.bench.pair import open_pair
+    from expkit.manifest import load
+    from expkit.manifest.settings import load_settings
+
+    lm = load(manifest)
+    settings = load_settings(["measure=quick"], lm.manifest.measure)
+    t = time.perf_counter()
+    warm_up_forkserver(settings.defences.start_method)
+    print(f"fork server up: {time.perf_counter() - t:.2f} s", flush=True)
+    t = time.perf_counter()
+    pair = open_pair(lm, settings, lm.manifest.device)
+    print(f"both workers said hello: {time.perf_counter() - t:.2f} s", flush=True)
+    t = time.perf_counter()
+    pair.plan_memory(1)
+    print(f"memory plan (one plain call): {time.perf_counter() - t:.2f} s", flush=True)
+    t = time.perf_counter()
+    pre = pair.preflight(1)
+    print(f"preflight: {time.perf_counter() - t:.2f} s ({len(pre.findings)} findings)", flush=True)
+    t = time.perf_counter()
+    pair2 = open_pair(lm, settings, lm.manifest.device)
+    print(f"a second pair (fork server warm): {time.perf_counter() - t:.2f} s", flush=True)
+    pair2.close(None)
+    pair.close(None)
+
+
+if __name__ == "__main__":
+    main()

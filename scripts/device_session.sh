@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# One device call of this session's GPU work, from a committed snapshot of the repository.
+#
+# Why a snapshot: the device machine receives the whole working tree, other engineers'
+# unfinished edits included; `git archive HEAD` into .device-src/ (ignored, carried)
+# runs exactly what is committed. Prepare it here with
+#     rm -rf .device-src && mkdir .device-src && git archive HEAD | tar -x -C .device-src
+# and call the device with carry [".device-src", ".whl", ".kernelbench"] and the command
+#     bash .device-src/scripts/device_session.sh STEP...
+# Every step writes under /tmp/batch, and everything is packed into $OUT/batch.tar.gz at
+# the end (the device returns at most 8 files), also when a step fails or times out.
+#
+# (write the commit into .device-src/COMMIT: git rev-parse HEAD > .device-src/COMMIT).
+# Steps (each with its own time limit, so one slow step cannot take the others' time):
+#   info       device, driver, torch; `expkit doctor`
+#   tests      python -m pytest -m gpu
+#   examples   the GPU examples at measure=quick, one session
+#   kb:LIST    KernelBench level-1 problems LIST (comma-separated numbers) through the sweep
+#   kbwrong    the wrong KernelBench solutions
+#   audits:GLOB  audit manifests matching GLOB (under manifests/audits/), one session
+#   debug      scripts/debug_start.py and scripts/debug_kernel_records.py
+#   fidelity   benchmarks/timing_fidelity.py --quick
+#   fidelity-full  benchmarks/timing_fidelity.py
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$ROOT/.." && pwd)
+OUT=${OUT:-/tmp/out}
+B=/tmp/batch
+mkdir -p "$OUT" "$B"
+python3 -m pip install -q --no-index --no-deps --target /tmp/site "$REPO"/.whl/*.whl "$REPO"/.whl/audits/*.whl 2>&1 | tail -2
+export PYTHONPATH=/tmp/site:$ROOT
+cd "$ROOT"
+[ -e .kernelbench ] || ln -s "$REPO/.kernelbench" .kernelbench  # the audits name ../../.kernelbench
+pack() { tar -czf "$OUT/batch.tar.gz" -C "$B" . 2>/dev/null; }
+trap pack EXIT
+step_limit() { timeout --kill-after=10 "$@"; }
+for step in "$@"; do
+  echo "=== $step $(date -u +%H:%M:%S)" | tee -a "$B/steps.log"
+  case $step in
+    info)
+      { date -u +%Y-%m-%dT%H:%M:%SZ; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+        python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
+        cat "$ROOT/COMMIT" 2>/dev/null || true; } | tee "$B/device.txt"
+      step_limit 60 python3 -m expkit doctor > "$B/doctor.txt" 2>&1; tail -5 "$B/doctor.txt" ;;
+    tests)
+      step_limit 330 python3 -m pytest -m gpu tests -q -p no:cacheprovider -x --no-header -rf 2>&1 \
+        | tee "$B/gpu_tests.log" | tail -25 ;;
+    examples)
+      for m in manifests/examples/gpu/*.yaml; do
+        n=$(basename "$m" .yaml)
+        step_limit 150 python3 -m expkit run "$m" measure=quick --session "$B/gpu-session" --quiet > "$B/ex-$n.log" 2>&1
+        echo "$n exit $?" | tee -a "$B/steps.log"
+      done
+      python3 -m expkit session "$B/gpu-session" > /dev/null 2>&1 ;;
+    kb:*)
+      step_limit 420 python3 benchmarks/kernelbench_sweep.py "$REPO/.kernelbench" --level 1 --problems "${step#kb:}" \
+        --timeout 100 --budget 400 --results "$B/kb-l1.jsonl" --copy-to "$B" 2>&1 | tail -30 ;;
+    kbwrong)
+      step_limit 300 python3 benchmarks/kernelbench_sweep.py "$REPO/.kernelbench" --wrong --timeout 120 --budget 280 \
+        --results "$B/kb-wrong.jsonl" --copy-to "$B" 2>&1 | tail -20 ;;
+    audits:*)
+      for m in manifests/audits/${step#audits:}.yaml; do
+        n=$(basename "$m" .yaml)
+        step_limit 200 python3 -m expkit run "$m" measure=quick --session "$B/audit-session" --quiet > "$B/au-$n.log" 2>&1
+        echo "$n exit $?" | tee -a "$B/steps.log"; tail -3 "$B/au-$n.log"
+      done ;;
+    debug)
+      step_limit 120 python3 scripts/debug_start.py manifests/examples/gpu/honest.yaml 2>&1 | grep -v Warning | tee "$B/debug_start.log" | tail -14
+      for op in add decode; do
+        step_limit 90 python3 scripts/debug_kernel_records.py --op $op 2>&1 | tee "$B/debug_records_$op.log" | tail -30
+      done ;;
+    fidelity)
+      step_limit 240 python3 benchmarks/timing_fidelity.py --quick --out "$B/fidelity-quick" 2>&1 | tail -40 ;;
+    fidelity-full)
+      step_limit 540 python3 benchmarks/timing_fidelity.py --out "$B/fidelity" 2>&1 | tail -60 ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
