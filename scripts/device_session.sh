@@ -16,6 +16,7 @@
 #   tests      python -m pytest -m gpu
 #   examples   the GPU examples at measure=quick, one session
 #   kb:LIST    KernelBench level-1 problems LIST (comma-separated numbers) through the sweep
+#   cost:LIST  benchmarks/harness_cost.py on the manifests kb:LIST wrote
 #   kbwrong    the wrong KernelBench solutions
 #   audits:GLOB  audit manifests matching GLOB (under manifests/audits/), one session
 #   debug      scripts/debug_start.py and scripts/debug_kernel_records.py
@@ -44,7 +45,7 @@ for step in "$@"; do
         cat "$ROOT/COMMIT" 2>/dev/null || true; } | tee "$B/device.txt"
       step_limit 60 python3 -m expkit doctor > "$B/doctor.txt" 2>&1; tail -5 "$B/doctor.txt" ;;
     tests)
-      step_limit 330 python3 -m pytest -m gpu tests -q -p no:cacheprovider -x --no-header -rf 2>&1 \
+      step_limit 420 python3 -m pytest -m gpu tests -q -p no:cacheprovider --no-header -rf --durations=15 2>&1 \
         | tee "$B/gpu_tests.log" | tail -25 ;;
     examples)
       for m in manifests/examples/gpu/*.yaml; do
@@ -55,7 +56,11 @@ for step in "$@"; do
       python3 -m expkit session "$B/gpu-session" > /dev/null 2>&1 ;;
     kb:*)
       step_limit 420 python3 benchmarks/kernelbench_sweep.py "$REPO/.kernelbench" --level 1 --problems "${step#kb:}" \
-        --timeout 100 --budget 400 --results "$B/kb-l1.jsonl" --copy-to "$B" 2>&1 | tail -30 ;;
+        --timeout 100 --budget 400 --results "$B/kb-l1.jsonl" --work /tmp/kb-work --copy-to "$B" 2>&1 | tail -30 ;;
+    cost:*)  # after kb:LIST: the harness's cost against one plain call, on the sweep's manifests
+      ms=()
+      for n in $(echo "${step#cost:}" | tr , ' '); do ms+=( /tmp/kb-work/level1/manifests/${n}_*.yaml ); done
+      step_limit 300 python3 benchmarks/harness_cost.py "${ms[@]}" --device cuda --out "$B/cost" 2>&1 | tail -20 ;;
     kbwrong)
       step_limit 300 python3 benchmarks/kernelbench_sweep.py "$REPO/.kernelbench" --wrong --timeout 120 --budget 280 \
         --results "$B/kb-wrong.jsonl" --copy-to "$B" 2>&1 | tail -20 ;;
