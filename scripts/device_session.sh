@@ -17,6 +17,8 @@
 #   examples   the GPU examples at measure=quick, one session
 #   kb:LIST    KernelBench level-1 problems LIST (comma-separated numbers) through the sweep
 #   cost:LIST  benchmarks/harness_cost.py on the manifests kb:LIST wrote
+#   honest     the honest GPU example, 3 runs with each timer (kernel, events)
+#   advgpu     the GPU adversarial manifests through the CLI, with their reasons
 #   kbwrong    the wrong KernelBench solutions
 #   audits:GLOB  audit manifests matching GLOB (under manifests/audits/), one session
 #   debug      scripts/debug_start.py and scripts/debug_kernel_records.py
@@ -61,6 +63,22 @@ for step in "$@"; do
       ms=()
       for n in $(echo "${step#cost:}" | tr , ' '); do ms+=( /tmp/kb-work/level1/manifests/${n}_*.yaml ); done
       step_limit 300 python3 benchmarks/harness_cost.py "${ms[@]}" --device cuda --out "$B/cost" 2>&1 | tail -20 ;;
+    honest)  # the honest GPU example, three runs with each timer: speedups and rechecks side by side
+      mkdir -p "$B/honest"
+      for t in kernel events kernel events kernel events; do
+        n=$((${n:-0}+1)); d="$B/honest/$n-$t"
+        step_limit 120 python3 -m expkit run manifests/examples/gpu/honest.yaml measure=quick measure.timer=$t \
+          --out "$d" --quiet > "$d.log" 2>&1
+        python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2], r['verdict'], {k: round(c.get('speedup') or 0, 3) for k, c in r['measured']['cases'].items()}, r['timing'].get('method'), r['reasons'][:2])" "$d/result.json" "$t" 2>&1 | tee -a "$B/honest.txt"
+      done ;;
+    advgpu)  # the GPU adversarial manifests through the CLI, with their reasons
+      mkdir -p "$B/adv"
+      for m in tests/adversarial/gpu/*.yaml; do
+        n=$(basename "$m" .yaml)
+        ( cd tests/adversarial/gpu && PYTHONPATH=$PYTHONPATH:. step_limit 120 python3 -m expkit run "$n.yaml" measure=quick \
+            measure.max_seconds=0.3 measure.min_seconds=0.1 --out "$B/adv/$n" --quiet > "$B/adv-$n.log" 2>&1 )
+        python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2], r['verdict'], r['reasons'][:3])" "$B/adv/$n/result.json" "$n" 2>&1 | tee -a "$B/adv.txt"
+      done ;;
     kbwrong)
       step_limit 300 python3 benchmarks/kernelbench_sweep.py "$REPO/.kernelbench" --wrong --timeout 120 --budget 280 \
         --results "$B/kb-wrong.jsonl" --copy-to "$B" 2>&1 | tail -20 ;;

@@ -70,10 +70,25 @@ class OutOfMemory(RemoteError):
 
 
 def _cuda_initialised() -> bool:
+    """Whether this process has touched the CUDA driver, so that a forked child cannot use
+    CUDA. ``torch.cuda.is_initialized()`` alone is not enough: ``torch.cuda.is_available()``
+    and ``device_count()`` initialise the driver (and mark the process unfit to fork)
+    without initialising torch's CUDA state, as a test module's ``skipif`` does at
+    collection. The driver's library mapped into the process is the sign of both."""
     try:
-        return bool(torch.cuda.is_initialized())
+        if torch.cuda.is_initialized():
+            return True
     except Exception:
         return True
+    return _driver_loaded()
+
+
+def _driver_loaded(maps: str = "/proc/self/maps") -> bool:
+    try:
+        with open(maps, "rb") as f:
+            return any(b"libcuda.so" in line for line in f)
+    except OSError:
+        return False
 
 
 def _native_threads() -> int:

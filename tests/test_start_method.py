@@ -1,0 +1,40 @@
+"""How a worker process starts: fork only from a process that can fork safely.
+
+The live GPU case (a test session whose ``skipif`` called ``torch.cuda.is_available()``,
+then a run in that process) is ``tests/test_pytest_plugin.py``'s GPU test; here the
+seams: the process's memory map and torch's own flag.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from expkit.bench import endpoint
+
+
+def test_the_driver_library_in_the_memory_map_marks_the_process(tmp_path: Path):
+    with_driver = tmp_path / "maps-gpu"
+    with_driver.write_bytes(b"7f00-7f10 r-xp 0 00:00 1 /usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04\n")
+    without = tmp_path / "maps-cpu"
+    without.write_bytes(b"7f00-7f10 r-xp 0 00:00 1 /usr/lib/libtorch_cpu.so\n")
+    assert endpoint._driver_loaded(str(with_driver))
+    assert not endpoint._driver_loaded(str(without))
+    assert not endpoint._driver_loaded(str(tmp_path / "missing"))
+
+
+def test_a_process_that_touched_the_driver_does_not_fork(monkeypatch):
+    """``torch.cuda.is_available()`` loads the driver without initialising torch's CUDA
+    state; a child forked after it fails ("Cannot re-initialize CUDA in forked subprocess")."""
+    monkeypatch.setattr(endpoint.torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(endpoint, "_driver_loaded", lambda maps="": True)
+    assert endpoint._cuda_initialised()
+    assert not endpoint.fork_is_safe()
+    assert endpoint._context("auto").get_start_method() != "fork"
+    with pytest.raises(endpoint.ExpkitError, match="initialised CUDA"):
+        endpoint._context("fork")
+
+
+def test_this_cpu_test_process_has_no_driver_loaded():
+    assert not endpoint._driver_loaded() or endpoint.torch.cuda.is_available()
