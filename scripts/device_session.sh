@@ -14,6 +14,7 @@
 # Steps (each with its own time limit, so one slow step cannot take the others' time):
 #   info       device, driver, torch; `expkit doctor`
 #   tests      python -m pytest -m gpu
+#   tests:P,Q  python -m pytest -m gpu P Q
 #   examples   the GPU examples at measure=quick, one session
 #   kb:LIST    KernelBench level-1 problems LIST (comma-separated numbers) through the sweep
 #   cost:LIST  benchmarks/harness_cost.py on the manifests kb:LIST wrote
@@ -49,6 +50,9 @@ for step in "$@"; do
     tests)
       step_limit 420 python3 -m pytest -m gpu tests -q -p no:cacheprovider --no-header -rf --durations=15 2>&1 \
         | tee "$B/gpu_tests.log" | tail -25 ;;
+    tests:*)  # some GPU tests only: tests:PATH,PATH
+      step_limit 300 python3 -m pytest -m gpu $(echo "${step#tests:}" | tr , ' ') -q -p no:cacheprovider --no-header -rf \
+        2>&1 | tee "$B/gpu_tests_some.log" | tail -15 ;;
     examples)
       for m in manifests/examples/gpu/*.yaml; do
         n=$(basename "$m" .yaml)
@@ -65,7 +69,7 @@ for step in "$@"; do
       step_limit 300 python3 benchmarks/harness_cost.py "${ms[@]}" --device cuda --out "$B/cost" 2>&1 | tail -20 ;;
     honest)  # the honest GPU example, three runs with each timer: speedups and rechecks side by side
       mkdir -p "$B/honest"
-      for t in kernel events kernel events kernel events; do
+      for t in ${HONEST_TIMERS:-kernel events kernel events kernel events}; do
         n=$((${n:-0}+1)); d="$B/honest/$n-$t"
         step_limit 120 python3 -m expkit run manifests/examples/gpu/honest.yaml measure=quick measure.timer=$t \
           --out "$d" --quiet > "$d.log" 2>&1
