@@ -45,6 +45,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import torch  # before _THREADS_AT_IMPORT: its own helper thread is not ours
 
+from ..checks.activity import descendants
 from ..core.errors import ExpkitError, ManifestError
 from ..core.findings import Finding
 from .channel import HEADER, KEY_LEN, MAGIC, WORKER, Channel, ChannelError, RemoteError, write_all
@@ -174,6 +175,26 @@ def wait_exit(proc: Any, timeout: float) -> bool:
     return True
 
 
+def _kill(pids: List[int]) -> List[int]:
+    """SIGKILL each process of ``pids`` still alive (their own children go with the worker's
+    session or were listed too); the pids it reached."""
+    import signal
+
+    done = []
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+            done.append(p)
+        except OSError:
+            continue
+    for p in done:
+        try:
+            os.waitpid(p, os.WNOHANG)  # reap those that were our own children
+        except OSError:
+            pass
+    return done
+
+
 def _stop(proc: Any) -> None:
     if proc.is_alive():
         proc.terminate()
@@ -292,6 +313,10 @@ class WorkerEndpoint:
         if self._closed:
             return out
         self._closed = True
+        # What the side's code left running (a daemon on the GPU, a pool of its own) must
+        # not outlive the run and share the machine with the next one: the worker is a
+        # child subreaper (worker.py), so even a process that double-forked is found here.
+        stray = descendants(self.proc.pid) if self.proc.pid is not None else []
         if self.broken is None and self.proc.is_alive():
             try:
                 self.ch.send({"op": "close"})
@@ -300,6 +325,9 @@ class WorkerEndpoint:
             except (ChannelError, OSError):
                 pass
         _stop(self.proc)
+        killed = _kill(stray)
+        if killed:
+            evidence[f"{self.role}_stray_processes_killed"] = killed
         evidence[f"{self.role}_exitcode"] = self.proc.exitcode
         if self.broken is not None and not self.told:
             out.append(Finding(self.broken.check, False, self.broken.message))

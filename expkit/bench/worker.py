@@ -77,6 +77,19 @@ def error_reply(e: BaseException) -> Dict[str, Any]:
     return {"error": {"type": kind, "message": f"{type(e).__name__}: {e}{where}"}}
 
 
+def _become_subreaper() -> None:
+    """Make this worker the reaper of its orphaned descendants (Linux ``PR_SET_CHILD_SUBREAPER``),
+    so that a process the side's code started and detached (a double fork) stays below it,
+    where the parent finds it when the worker closes. Elsewhere, nothing."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
 def worker_main(req: Any, rep: Any, manifest_path: str, settings: Any, device: str, role: str,
                 stdout_path: str, stderr_path: str, parent_ends: Tuple[Any, ...] = ()) -> None:
     """One side's worker process: capture output, take the key, load the code, serve requests.
@@ -87,6 +100,7 @@ def worker_main(req: Any, rep: Any, manifest_path: str, settings: Any, device: s
     closes them first, so that it sees the parent go and cannot write the parent's side."""
     for conn in parent_ends:
         conn.close()
+    _become_subreaper()
     _release_inherited()
     sys.stdout.flush()
     sys.stderr.flush()

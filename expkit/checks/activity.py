@@ -86,6 +86,30 @@ def helper_process(pid: int, read: Callable[[str], Optional[bytes]] = _read) -> 
     return state in ("S", "D", "I") and (utime + stime) / ticks < HELPER_CPU_S
 
 
+def descendants(pid: int, proc: str = "/proc") -> List[int]:
+    """Every live descendant of process ``pid``, children first (Linux ``/proc``; empty
+    elsewhere): the children of each of its threads, and theirs, to any depth."""
+    out: List[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop(0)
+        try:
+            tids = os.listdir(f"{proc}/{p}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"{proc}/{p}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            for k in kids:
+                if k not in out and k != pid:
+                    out.append(k)
+                    todo.append(k)
+    return out
+
+
 def child_pids() -> FrozenSet[int]:
     """Children of every thread of this process (Linux ``/proc``; empty elsewhere), less
     ``multiprocessing``'s idle helper processes (:func:`helper_process`)."""
