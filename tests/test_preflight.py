@@ -155,3 +155,56 @@ def test_an_op_that_is_the_identity_on_its_inputs_is_a_warning_not_a_vacuous_ora
     assert not res.invalid, failures(res)
     (f,) = [f for f in res.findings if f.check.startswith("calibration:")]
     assert f.severity == "warning" and "cannot tell the right answer from an input passed through" in f.message
+
+
+WIDE_SOFTMAX = textwrap.dedent('''
+    import torch
+    def wide(params, gen, device):
+        return (torch.rand(params["rows"], params["cols"], generator=gen, device=device),)
+    def softmax(x): return torch.softmax(x, dim=-1)
+    def softmax_by_hand(x):
+        e = (x - x.amax(dim=-1, keepdim=True)).exp()
+        return e / e.sum(dim=-1, keepdim=True)
+    def softmax_too_flat(x):
+        return torch.full_like(x, 1.0 / x.shape[-1])
+''')
+
+
+def _wide_softmax(tmp_path, candidate):
+    """KernelBench's 23_Softmax story at a CPU size: every output of a softmax of uniform
+    inputs over 65,536 columns is under 2.6e-5, below KernelBench's fp32 atol of 1e-4, so
+    zeros pass it."""
+    (tmp_path / "ws.py").write_text(WIDE_SOFTMAX)
+    (tmp_path / "m.yaml").write_text(textwrap.dedent(f'''
+        name: t
+        claim: {{speedup: 1.0}}
+        baseline: ws:softmax
+        candidate: ws:{candidate}
+        inputs: {{factory: "ws:wide"}}
+        oracles: [{{kind: allclose, rtol: 1.0e-4, atol: 1.0e-4}}]
+        cases: [{{name: c, params: {{rows: 4, cols: 65536}}}}]
+    '''))
+    lm = load(tmp_path / "m.yaml")
+    import importlib, sys
+    sys.path.insert(0, str(tmp_path))
+    sys.modules.pop("ws", None)
+    k = importlib.import_module("ws")
+    sys.path.remove(str(tmp_path))
+    return preflight_in_process(lm, k.softmax, getattr(k, candidate), k.wide, run_seed=1,
+                                settings=OracleSettings(), device="cpu")
+
+
+def test_a_vacuous_oracle_hands_the_case_to_the_rounding_rule(tmp_path):
+    """False alarm found on the H100 (KernelBench 23_Softmax, its reference as the candidate:
+    invalid, "oracle is vacuous"): the rounding rule can judge these outputs, and does."""
+    res = _wide_softmax(tmp_path, "softmax_by_hand")
+    assert not res.invalid, failures(res)
+    (f,) = [f for f in res.findings if f.check == "calibration:allclose"]
+    assert f.severity == "warning" and "the rounding rule judges this case instead" in f.message
+
+
+def test_a_candidate_the_vacuous_oracle_passes_and_the_rounding_rule_rejects_is_invalid(tmp_path):
+    res = _wide_softmax(tmp_path, "softmax_too_flat")
+    assert res.invalid
+    (f,) = [f for f in res.findings if f.check == "calibration:allclose"]
+    assert f.severity == "invalid" and "nor does the candidate pass the rounding rule" in f.message
