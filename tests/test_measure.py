@@ -239,3 +239,11 @@ def test_rounds_respect_telemetry_flags_and_drop_the_round_whole():
     keep = [not (s.replicate == 0 and s.round == 0 and s.side == "baseline") for s in cs.samples]
     r0 = cs.rounds(keep)[0]
     assert r0.dropped == 1 and len(r0.baseline) == len(r0.candidate)
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_processes_below_one_is_a_config_error_that_names_the_key(bad):
+    from expkit.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="measure.processes"):
+        MeasureSettings(processes=bad)

@@ -100,6 +100,12 @@ def test_settle_hint_cases():
     assert "no number of samples" in report.settle_hint({**base, "threshold": 1.2})
     assert "too close to the bar" in report.settle_hint({**base, "threshold": 1.199})
     assert report.settle_hint({"speedup": None}) is None
+    from expkit.timing.measure import STOP_SPREAD
+
+    spread = report.settle_hint({**base, "threshold": 1.3, "processes": 5, "stopped": STOP_SPREAD})
+    assert "measure in more processes" in spread and "measure.processes=10" in spread
+    assert "measure.max_seconds" in report.settle_hint({**base, "threshold": 1.3, "processes": 5,
+                                                        "stopped": "time budget spent before the target"})
 
 
 def test_a_run_without_env_json_still_renders(tmp_path):

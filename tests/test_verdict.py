@@ -26,6 +26,18 @@ def test_inconclusive_says_what_would_settle_it():
     assert "budget ran out" in cv.reason and "measure=rigorous" in cv.reason
 
 
+def test_a_wide_interval_over_processes_asks_for_more_processes_not_more_rounds():
+    from dataclasses import replace
+
+    from expkit.verdict.stats import ProcessEstimate
+
+    procs = tuple(ProcessEstimate(r, 1.6 + 0.05 * r, 1.55, 1.75, 40, 1e-4) for r in range(3))
+    cv = judge_case("c", replace(est(1.5, 1.6, 1.7), processes=procs), 1.7, 0.05, budget_spent=False)
+    assert "over 3 processes" in cv.reason and "measure.processes" in cv.reason
+    one = judge_case("c", est(1.5, 1.6, 1.7), 1.7, 0.05, budget_spent=False)
+    assert "interval is too wide: measure longer" in one.reason
+
+
 def test_invalid_overrides_a_fast_result():
     f = Finding("oracle:allclose", False, "max abs error 3", "d4097")
     v = decide([f], {"a": est(5, 6, 7)}, {"a": 1.5}, 0.1, {})

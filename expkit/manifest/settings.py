@@ -58,6 +58,9 @@ class MeasureSettings:
         if self.timer not in TIMER_CHOICES:
             raise ConfigError(f"measure.timer: {self.timer!r} is not a timer; use one of "
                               + ", ".join(TIMER_CHOICES) + " (e.g. measure.timer=events)")
+        if self.processes < 1:
+            raise ConfigError(f"measure.processes: {self.processes} measures nothing; give at least 1 "
+                              "(e.g. measure.processes=5)")
 
 
 @dataclass(frozen=True)

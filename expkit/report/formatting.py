@@ -83,6 +83,11 @@ def settle_hint(case: Mapping[str, Any]) -> Optional[str]:
     if lo >= b or hi < b:
         return None
     timed = float(case.get("timed_seconds") or 0)
+    if int(case.get("processes") or 1) > 1 and str(case.get("stopped") or "").startswith("every process"):
+        # Each process met its own target: the spread between them is the width (STOP_SPREAD).
+        return (f"every one of its {int(case['processes'])} processes reached its own target, so more samples in "
+                f"each would not narrow the interval over them: measure in more processes "
+                f"(`measure.processes={2 * int(case['processes'])}`) or on a quieter machine")
     if s == b:
         return (f"the estimate {fmt_x(s)} sits on the bar {fmt_x(b)}: no number of samples settles it; "
                 "the claim is at the edge of its tolerance")
