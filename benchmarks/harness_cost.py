@@ -230,12 +230,16 @@ def render(data: Dict[str, Any]) -> str:
 
 
 def _commit() -> str:
+    """The snapshot's COMMIT file where there is one (scripts/device_session.sh runs an
+    archive of HEAD inside another checkout, whose git would name the wrong commit)."""
+    f = REPO / "COMMIT"
+    if f.is_file():
+        return f.read_text().strip()[:7]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
                               check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        f = REPO / "COMMIT"
-        return f.read_text().strip()[:7] if f.is_file() else "unknown"
+        return "unknown"
 
 
 def _machine(device: str) -> str:
@@ -269,6 +273,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         import torch
 
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    args.out = args.out.resolve()  # the run is a child process in another folder: paths must not be relative
     args.out.mkdir(parents=True, exist_ok=True)
     manifests = list(args.manifests)
     if args.builtin_cpu:

@@ -287,3 +287,29 @@ def test_a_naive_long_sum_of_tiny_terms_needs_a_larger_bound():
     softmax = lambda v: torch.softmax(v, 1)  # noqa: E731
     assert not judge(softmax, naive, x).ok
     assert judge(softmax, naive, x, spec=replace(ROUNDING, bound=16.0)).ok
+
+
+def test_the_baselines_figures_are_remembered_per_pair_and_give_the_same_answer(monkeypatch):
+    """The reference's size and the baseline's error are computed once per (reference,
+    baseline) pair: every later candidate output held against the pair gets the same
+    figures as a fresh computation, a NaN in the candidate included, and an in-place
+    write to the baseline's output voids them."""
+    from expkit.checks import chunks, rounding as R
+
+    monkeypatch.setattr(chunks, "CHUNK", 1000)  # several chunks
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(4096, generator=g, dtype=torch.float64)
+    base = (ref + 1e-7 * torch.randn(4096, generator=g, dtype=torch.float64)).float()
+    cands = [base + 1e-7, base.clone(), base.clone()]
+    cands[2][2500] = float("nan")
+    fresh = []
+    for c in cands:
+        monkeypatch.setattr(R, "_FIGURES", None)
+        fresh.append(R.output_error(0, ref, base, c, 64, "given", 4.0))
+    monkeypatch.setattr(R, "_FIGURES", None)
+    remembered = [R.output_error(0, ref, base, c, 64, "given", 4.0) for c in cands]
+    assert remembered == fresh
+    assert R._baseline_figures(ref, base, base.device) == (fresh[0].scale, fresh[0].err_b)
+    base.mul_(2.0)  # a new version: the figures no longer hold
+    assert R._baseline_figures(ref, base, base.device) is None
+    assert R.output_error(0, ref, base, cands[1], 64, "given", 4.0).err_b > fresh[0].err_b

@@ -153,6 +153,32 @@ class OutputError:
         return self.err_c / self.allowed if self.allowed > 0 else (0.0 if self.err_c == 0 else math.inf)
 
 
+#: reference -> baseline output -> (their versions, the device, max|ref|, max|base - ref|),
+#: for pairs whose every element is finite. Keyed by the tensors themselves, weakly: an
+#: entry goes with either tensor, and an in-place write (a new version) voids it.
+_FIGURES: Any = None
+
+
+def _baseline_figures(ref: torch.Tensor, base: torch.Tensor, device: Any) -> Optional[Tuple[float, float]]:
+    per = _FIGURES.get(ref) if _FIGURES is not None else None
+    hit = per.get(base) if per is not None else None
+    if hit is None or hit[:3] != (ref._version, base._version, str(device)):
+        return None
+    return hit[3], hit[4]
+
+
+def _remember(ref: torch.Tensor, base: torch.Tensor, device: Any, scale: float, err_b: float) -> None:
+    global _FIGURES
+    from torch.utils.weak import WeakIdKeyDictionary
+
+    if _FIGURES is None:
+        _FIGURES = WeakIdKeyDictionary()
+    per = _FIGURES.get(ref)
+    if per is None:
+        per = _FIGURES[ref] = WeakIdKeyDictionary()
+    per[base] = (ref._version, base._version, str(device), scale, err_b)
+
+
 def output_error(index: int, ref: torch.Tensor, base: torch.Tensor, cand: torch.Tensor, k: int, k_how: str,
                  factor: float, *, bound: float = BOUND, reference_is_baseline: bool = False) -> OutputError:
     """The rule for one floating (or complex) output; integer and bool outputs must be equal."""
@@ -168,10 +194,20 @@ def output_error(index: int, ref: torch.Tensor, base: torch.Tensor, cand: torch.
     nonfinite = 0
     scale = err_b = 0.0
     parts = []
+    known = _baseline_figures(ref, base, cand.device)
+    finite = True
     for _, (rc, bc, cc) in flat_chunks(ref, base, cand):
         r = rc.to(device=cand.device, dtype=wide)
-        b = bc.to(device=cand.device, dtype=wide)
         c = cc.to(wide)
+        if known is not None:
+            # The reference's size and the baseline's error are the same for every candidate
+            # output held against this pair: one pass here, not five.
+            ec_max = float((c - r).abs().max())
+            if math.isfinite(ec_max):
+                parts.append(ec_max)
+                del r, c
+                continue
+        b = bc.to(device=cand.device, dtype=wide)
         # The common case first, in six passes: where the three maxima are finite numbers no
         # element of the chunk is NaN or infinite, and they are the figures.
         s_max, eb_max, ec_max = float(r.abs().max()), float((b - r).abs().max()), float((c - r).abs().max())
@@ -182,6 +218,7 @@ def output_error(index: int, ref: torch.Tensor, base: torch.Tensor, cand: torch.
             parts.append(ec_max)
             del r, b, c
             continue
+        finite = finite and math.isfinite(s_max) and math.isfinite(eb_max)
         finite_r = torch.isfinite(r)
         finite_b = torch.isfinite(b)
         # Where r is not finite, c must match it: NaN with NaN, an infinity with the same one.
@@ -198,6 +235,10 @@ def output_error(index: int, ref: torch.Tensor, base: torch.Tensor, cand: torch.
         excused = finite_r & ~finite_b & ((c == b) | (torch.isnan(c) & torch.isnan(b)))
         parts.append(float(torch.where(finite_r & ~excused, diff, zero).max()))
         del r, b, c, diff, excused, finite_r, finite_b
+    if known is not None:
+        scale, err_b = known
+    elif finite and not reference_is_baseline:
+        _remember(ref, base, cand.device, scale, err_b)
     err_c = max(parts) if parts else 0.0
     u_acc = unit_roundoff(accumulation_dtype(cand.dtype))
     real = cand.real.dtype if cand.is_complex() else cand.dtype
