@@ -13,6 +13,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from expkit.checks.activity import descendants
 from expkit.runner import run_manifest
 
@@ -30,7 +32,8 @@ CODE = textwrap.dedent('''
         return x * 2.0
 
     def leaves_daemons(x):
-        if not os.path.exists(os.environ["STRAY_PIDS"]):
+        pids = os.path.join(os.path.dirname(__file__), "pids")  # not the environment: a fork server's is older
+        if not os.path.exists(pids):
             child = subprocess.Popen([sys.executable, "-c", SLEEPER], start_new_session=True)
             # a double fork: the middle process exits, the grandchild is reparented
             mid = subprocess.Popen([sys.executable, "-c",
@@ -38,7 +41,7 @@ CODE = textwrap.dedent('''
                                     "start_new_session=True, stdout=subprocess.DEVNULL); print(p.pid)" % SLEEPER],
                                    stdout=subprocess.PIPE, text=True)
             grandchild = int(mid.communicate()[0])
-            with open(os.environ["STRAY_PIDS"], "w") as f:
+            with open(pids, "w") as f:
                 f.write(f"{child.pid} {grandchild}")
         return x * 2.0
 ''')
@@ -74,12 +77,12 @@ def test_descendants_walks_every_thread_to_any_depth(tmp_path: Path):
     assert descendants(99, proc=str(tmp_path)) == []
 
 
-def test_a_candidates_daemons_do_not_outlive_its_run(tmp_path: Path, monkeypatch):
+@pytest.mark.parametrize("start", ["auto", "forkserver"])
+def test_a_candidates_daemons_do_not_outlive_its_run(tmp_path: Path, start: str):
     (tmp_path / "stray.py").write_text(CODE)
     (tmp_path / "m.yaml").write_text(MANIFEST)
     pids_file = tmp_path / "pids"
-    monkeypatch.setenv("STRAY_PIDS", str(pids_file))
-    out = run_manifest(tmp_path / "m.yaml", FAST, out_dir=tmp_path / "run")
+    out = run_manifest(tmp_path / "m.yaml", FAST + (f"defences.start_method={start}",), out_dir=tmp_path / "run")
     pids = [int(p) for p in pids_file.read_text().split()]
     try:
         deadline = time.monotonic() + 5
