@@ -87,3 +87,23 @@ def test_cuda_tensors_cross_by_ipc_without_a_copy():
     p.join(60)
     assert got == [[float(t.double().sum()), list(t.shape), str(t.dtype)] for t in values]
     e.release()
+
+
+def test_a_tensor_kept_past_release_still_reads_its_memory():
+    """Code under test that kept one of its inputs (a cache) reads it after the harness
+    let the shared file go, instead of crashing on unmapped memory; the mapping goes
+    when the last such tensor does."""
+    import gc
+
+    e = Exporter()
+    placed = e.place(torch.arange(1 << 16, dtype=torch.float32))
+    imp = Importer()
+    (seen,) = imp.open(e.export([placed]))
+    kept_by_the_candidate = [placed[100:], seen[:50]]
+    imp.close()
+    e.release()
+    del placed, seen
+    gc.collect()
+    assert float(kept_by_the_candidate[0][0]) == 100.0
+    assert float(kept_by_the_candidate[1].sum()) == float(sum(range(50)))
+    assert not [f for f in os.listdir(SHM_DIR) if f.startswith(f"{PREFIX}{os.getpid()}-")]

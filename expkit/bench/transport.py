@@ -69,11 +69,15 @@ class _Segment:
         self.bytes = torch.frombuffer(self.map, dtype=torch.uint8, count=max(nbytes, 1))[:nbytes]
 
     def close(self) -> None:
+        """Let go of the mapping: it is unmapped when the last tensor viewing it is freed.
+
+        Not ``mmap.close()``: a tensor made by ``torch.frombuffer`` keeps the mmap object
+        alive but holds no buffer export, so ``close()`` succeeds under live views and
+        leaves them pointing at unmapped memory. Code under test that kept one of its
+        inputs (a cache), or reached one through the garbage collector, then crashed its
+        worker with a segmentation fault (found in CI: ``batch_then_skip``)."""
         self.bytes = None  # type: ignore[assignment]
-        try:
-            self.map.close()
-        except BufferError:  # a view is still alive somewhere; the mapping goes with the process
-            pass
+        self.map = None  # type: ignore[assignment]
 
 
 def _dense(t: torch.Tensor) -> bool:
