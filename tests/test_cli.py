@@ -278,3 +278,21 @@ def test_no_traceback_from_a_real_process_whose_candidate_crashes(tmp_path, cand
     assert "Traceback" not in proc.stderr + proc.stdout and "Fatal Python error" not in proc.stderr, proc.stderr
     assert proc.returncode in (2, 3), proc.stderr
     assert len(proc.stderr.strip().splitlines()) <= 1, proc.stderr
+
+
+def test_a_baseline_that_fails_on_its_own_case_is_one_line_exit_2(tmp_path, capsys):
+    """Found by the KernelBench sweep (100_HingeLoss with its sizes divided, whose
+    reference no longer runs): the baseline raising in the memory plan's plain call was
+    reported as a failure of expkit (exit 6). It is the manifest's to fix."""
+    (tmp_path / "k.py").write_text(
+        "import torch\n"
+        "def inputs(params, gen, device):\n"
+        "    return (torch.randn(params['n'], generator=gen), torch.randn(params['n'] + 1, generator=gen))\n"
+        "def add(a, b):\n"
+        "    return a + b\n")
+    (tmp_path / "m.yaml").write_text(
+        "name: t\nclaim: {speedup: 1.0}\nbaseline: k:add\ncandidate: k:add\n"
+        "inputs: {factory: k:inputs}\ncases: [{name: c, params: {n: 64}}]\n")
+    assert main(["run", str(tmp_path / "m.yaml"), "measure=quick", "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "the baseline raised RuntimeError" in err and "case 'c'" in err

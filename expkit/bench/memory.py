@@ -152,6 +152,9 @@ def measure_call(fn: Callable[..., Any], make_inputs: Callable[[], Sequence[Any]
             scale = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}.get(tried.group(2), 1)
             out["needed_bytes"] = held + int(float(tried.group(1)) * scale)
         return out
+    except Exception as e:  # the baseline's own failure: the caller says so, with the case
+        out["raised"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+        return out
     if device == "cuda":
         out["peak_bytes"] = int(torch.cuda.max_memory_allocated() - base)
     else:

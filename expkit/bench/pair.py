@@ -137,6 +137,10 @@ class Pair:
                                   int(probe.get("needed_bytes") or 0), int(probe.get("free") or 0),
                                   f"the baseline's own call raised {probe.get('raised', 'out of memory')}: run it on "
                                   "a device with more memory, free the device of other work, or declare a smaller case")
+        if "raised" in probe:
+            raise ExpkitError(f"{self.lm.path}: the baseline raised {probe['raised']} on its own inputs for case "
+                              f"{case.name!r} (params {dict(case.params)}) in its first plain call: the reference must "
+                              "run on the cases it declares; fix the baseline or the case")
         self.memory = plan(probe, input_sets=self.settings.measure.input_sets, l2_bytes=probe.get("l2_bytes"))
         self.b.request("configure", clone_for_baseline=self.memory.clone_for_baseline,
                        reference=self.memory.reference)
