@@ -98,3 +98,4 @@ def test_a_candidates_daemons_do_not_outlive_its_run(tmp_path: Path, start: str)
                 os.kill(p, 9)
             except OSError:
                 pass
+

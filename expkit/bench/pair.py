@@ -97,7 +97,7 @@ class Pair:
         self.catalog = [finding_from(f) for f in hb.get("catalog", ())]
         self._sources = {**hb["sources"], **hc["sources"]}
         self.gpu = hb.get("gpu")
-        self.evidence.update(baseline_pid=hb.get("pid"), worker_pid=hc.get("pid"))
+        self.evidence.update(baseline_pid=hb.get("pid"), worker_pid=hc.get("pid"), allocator=hc.get("allocator"))
 
     # -- plumbing -----------------------------------------------------------------------------
     def tell(self, e: ChannelError, when: str) -> List[Finding]:

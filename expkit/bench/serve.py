@@ -13,6 +13,7 @@ import os
 from dataclasses import asdict
 from typing import Any, Callable, Dict, Mapping, Optional
 
+from . import allocator
 from .judge import Judge
 from .side import BASELINE, SideBench
 
@@ -70,7 +71,7 @@ class Server:
         from .environment import gpu_info
 
         reply = {"findings": [asdict(f) for f in self.side.session_findings], "sources": self.side.sources(),
-                 "pid": os.getpid(), "gpu": None, "catalog": []}
+                 "pid": os.getpid(), "gpu": None, "catalog": [], "allocator": allocator.STATE}
         if m.get("environment"):
             reply["gpu"] = gpu_info(self.side.device)
             if self.side.device == "cuda" and reply["gpu"].get("name"):

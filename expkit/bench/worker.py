@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from ..core.errors import ExpkitError, ManifestError
+from .allocator import steady as steady_allocator
 from .channel import HEADER, KEY_LEN, MAGIC, Channel, ChannelError, read_exact
 
 
@@ -101,6 +102,7 @@ def worker_main(req: Any, rep: Any, manifest_path: str, settings: Any, device: s
     for conn in parent_ends:
         conn.close()
     _become_subreaper()
+    steady_allocator()
     _release_inherited()
     sys.stdout.flush()
     sys.stderr.flush()
