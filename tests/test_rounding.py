@@ -302,11 +302,13 @@ def test_the_baselines_figures_are_remembered_per_pair_and_give_the_same_answer(
     base = (ref + 1e-7 * torch.randn(4096, generator=g, dtype=torch.float64)).float()
     cands = [base + 1e-7, base.clone(), base.clone()]
     cands[2][2500] = float("nan")
+    from torch.utils.weak import WeakIdKeyDictionary
+
     fresh = []
     for c in cands:
-        monkeypatch.setattr(R, "_FIGURES", None)
+        monkeypatch.setattr(R, "_FIGURES", WeakIdKeyDictionary())
         fresh.append(R.output_error(0, ref, base, c, 64, "given", 4.0))
-    monkeypatch.setattr(R, "_FIGURES", None)
+    monkeypatch.setattr(R, "_FIGURES", WeakIdKeyDictionary())
     remembered = [R.output_error(0, ref, base, c, 64, "given", 4.0) for c in cands]
     assert remembered == fresh
     assert R._baseline_figures(ref, base, base.device) == (fresh[0].scale, fresh[0].err_b)

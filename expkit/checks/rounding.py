@@ -74,6 +74,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from ..manifest.spec import reduction_terms
 from .chunks import flat_chunks
@@ -156,23 +157,17 @@ class OutputError:
 #: reference -> baseline output -> (their versions, the device, max|ref|, max|base - ref|),
 #: for pairs whose every element is finite. Keyed by the tensors themselves, weakly: an
 #: entry goes with either tensor, and an in-place write (a new version) voids it.
-_FIGURES: Any = None
+_FIGURES: Any = WeakIdKeyDictionary()
 
 
 def _baseline_figures(ref: torch.Tensor, base: torch.Tensor, device: Any) -> Optional[Tuple[float, float]]:
-    per = _FIGURES.get(ref) if _FIGURES is not None else None
-    hit = per.get(base) if per is not None else None
+    hit = _FIGURES.get(ref, {}).get(base)
     if hit is None or hit[:3] != (ref._version, base._version, str(device)):
         return None
     return hit[3], hit[4]
 
 
 def _remember(ref: torch.Tensor, base: torch.Tensor, device: Any, scale: float, err_b: float) -> None:
-    global _FIGURES
-    from torch.utils.weak import WeakIdKeyDictionary
-
-    if _FIGURES is None:
-        _FIGURES = WeakIdKeyDictionary()
     per = _FIGURES.get(ref)
     if per is None:
         per = _FIGURES[ref] = WeakIdKeyDictionary()
