@@ -9,9 +9,9 @@ the kernel faults in and zeroes on every call. The
 baseline's worker frees large buffers while it judges and the candidate's does not, so
 the difference fell on the candidate's side: on the project's 2-core CPU, the identity
 solution of KernelBench's 81_conv_transposed_2D (sizes / 64, a 6.4 MB output a call)
-measured against itself a geometric mean of 0.563x over 40 processes (8 runs of 5), 21 of
-them under 0.5x; with both thresholds fixed here, 1.013x over 20 processes, none under
-0.62x (``docs/audits.md``).
+measured against itself a geometric mean of 0.569x over 50 processes, 26 of them under
+0.5x; with both thresholds fixed here, 0.916x over 30 processes, one under 0.5x
+(``benchmarks/results/allocator_81_conv_transposed_cpu.md``).
 
 :func:`steady` fixes both in a worker before any code under test runs: blocks of
 ``MMAP_THRESHOLD`` (32 MiB, the most glibc's own adaptation reaches on 64-bit) and larger
