@@ -119,6 +119,23 @@ def test_no_thread_limit_judges_nothing():
     assert timed(account(r, threads=None), r) is None
 
 
+def test_the_summary_reports_the_busiest_judged_span():
+    r = FakeReader(6)
+    acc = account(r)
+    assert acc.summary()["peak_cores"] is None and acc.summary()["limit"] == pytest.approx(1.5)
+    for busy in ({100: 1.0}, {100: 1.0, 101: 0.3}, {100: 0.9}):
+        r.block(0.05, busy)
+        assert timed(acc, r) is None
+    s = acc.summary()
+    assert s["peak_cores"] == pytest.approx(1.3, abs=0.05) and s["threads_ran"] == 2 and not s["flagged"]
+    assert s["peak_wall_ms"] == pytest.approx(50.0)
+    r.block(0.05, {100: 1.0, 101: 1.0, 102: 1.0})
+    assert timed(acc, r) is not None
+    s = acc.summary()
+    assert s["flagged"] and s["peak_cores"] > s["limit"] and s["threads_ran"] == 3
+    assert account(FakeReader(), threads=None).summary()["limit"] is None
+
+
 def test_end_without_begin_is_a_bug():
     with pytest.raises(RuntimeError):
         account(FakeReader()).end()

@@ -456,8 +456,11 @@ class CaseSides:
 
     def finish(self) -> List[Finding]:
         done: List[Finding] = []
-        for ep in (self.pair.b, self.pair.c):
-            done += _findings(ep.request("finish_case"))
+        for role, ep in ((BASELINE, self.pair.b), (CANDIDATE, self.pair.c)):
+            reply = ep.request("finish_case")
+            done += _findings(reply)
+            if reply.get("resources") is not None:  # the cores each side's timed blocks used (CPU)
+                self.pair.evidence.setdefault("resources", {}).setdefault(self.case, {})[role] = reply["resources"]
         if self.pair.device == "cuda" and self.pair.isolated:
             done += self.pair.neighbours(self.case)
         d = self.pair.settings.defences

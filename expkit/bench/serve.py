@@ -49,7 +49,8 @@ class Server:
             "call": lambda m: self.side.call() or {},
             "block": lambda m: self.side.block(int(m["number"]), m.get("recheck")),
             "recheck": self._recheck,
-            "finish_case": lambda m: {"findings": [asdict(f) for f in self.side.finish_case()]},
+            "finish_case": lambda m: {"findings": [asdict(f) for f in self.side.finish_case()],
+                                       "resources": self.side.resources},
             "model_oracles": self._model_oracles,
             "end_to_end": self._end_to_end,
         }

@@ -121,6 +121,7 @@ class SideBench:
             raise ValueError(f"role must be one of {ROLES}, got {role!r}")
         _harness_modules()
         self.lm, self.settings, self.device, self.role = lm, settings, device, role
+        self.resources: Optional[Dict[str, Any]] = None  # the last case's ResourceAccount.summary()
         self.defended = settings.defences.enabled
         set_cpu_threads(settings.measure.cpu_threads)  # before the snapshot: the harness's own choice
         self.state0 = snapshot_state()
@@ -365,6 +366,7 @@ class SideBench:
         cs, self.case = self.case, None
         self.exporter.release_exports()
         name = cs.name if cs is not None else None
+        self.resources = cs.account.summary() if cs is not None and cs.account is not None else None
         out = self.tamper_findings(f"while the {self.role}'s case was measured", name) if self.defended else []
         if cs is not None and not cs.fresh.salted:
             out.append(Finding("fresh-inputs", False, "no floating-point input with two or more elements to salt: "

@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 from ..core.findings import INVALID, WARNING, Finding
 
@@ -309,6 +309,8 @@ class ResourceAccount:
     _start: Optional[Tuple[int, int, Dict[int, int]]] = None
     _pool: Optional[CpuUse] = None
     reported: bool = False
+    #: The judged span that used the most cores (what :meth:`summary` reports).
+    peak: Optional[CpuUse] = None
 
     def begin(self) -> None:
         self._start = (self.reader.wall_ns(), self.reader.process_cpu_ns(), self.reader.thread_cpu_ns())
@@ -337,9 +339,11 @@ class ResourceAccount:
             self._pool = use
             return None
         self._pool = None
+        if self.peak is None or use.cores > self.peak.cores:
+            self.peak = use
         if self.cpu_threads is None or self.reported:
             return None
-        limit = self.cpu_threads * (1 + self.rel_slack) + self.abs_slack
+        limit = self.limit()
         ran = use.ran(self.ran_fraction)
         if use.cores <= limit or ran <= self.cpu_threads:
             return None
@@ -351,6 +355,20 @@ class ResourceAccount:
                        f"{self.ran_fraction:.0%} of it), where measure.cpu_threads allows {self.cpu_threads} (limit "
                        f"{limit:.2f} cores): work on more cores than the run allows makes the speedup a count of cores",
                        self.case, severity=severity, figure=round(use.cores, 4), threshold=limit)
+
+    def limit(self) -> float:
+        """Cores a span may use before it counts (``cpu_threads`` with the slack)."""
+        return (self.cpu_threads or 0) * (1 + self.rel_slack) + self.abs_slack
+
+    def summary(self) -> Dict[str, Any]:
+        """Plain data for the evidence: the busiest judged span's cores, CPU and wall time,
+        threads that ran, and the limit (None when ``cpu_threads`` sets none)."""
+        p = self.peak
+        return {"peak_cores": round(p.cores, 4) if p else None, "peak_wall_ms": round(p.wall_s * 1e3, 3) if p else None,
+                "peak_cpu_ms": round(p.cpu_s * 1e3, 3) if p else None,
+                "threads_ran": p.ran(self.ran_fraction) if p else None,
+                "limit": round(self.limit(), 4) if self.cpu_threads is not None else None,
+                "flagged": self.reported}
 
 
 # --- other processes on the GPU ---------------------------------------------------------------
