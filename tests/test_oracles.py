@@ -65,3 +65,7 @@ def test_null_candidates_include_passthrough():
     x = torch.randn(4)
     nulls = oracles.null_candidates(x * 2, (x,))
     assert set(nulls) == {"zeros", "a constant", "an input passed through"}
+    # the constants take no memory of the output's size: one element, broadcast
+    for label in ("zeros", "a constant"):
+        (t,) = nulls[label]
+        assert t.shape == x.shape and t.stride() == (0,) and t.untyped_storage().nbytes() == 4

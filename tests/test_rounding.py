@@ -296,7 +296,7 @@ def test_the_baselines_figures_are_remembered_per_pair_and_give_the_same_answer(
     write to the baseline's output voids them."""
     from expkit.checks import chunks, rounding as R
 
-    monkeypatch.setattr(chunks, "CHUNK", 1000)  # several chunks
+    monkeypatch.setattr(chunks, "HOST_CHUNK", 1000)  # several chunks
     g = torch.Generator().manual_seed(0)
     ref = torch.randn(4096, generator=g, dtype=torch.float64)
     base = (ref + 1e-7 * torch.randn(4096, generator=g, dtype=torch.float64)).float()
@@ -315,3 +315,48 @@ def test_the_baselines_figures_are_remembered_per_pair_and_give_the_same_answer(
     base.mul_(2.0)  # a new version: the figures no longer hold
     assert R._baseline_figures(ref, base, base.device) is None
     assert R.output_error(0, ref, base, cands[1], 64, "given", 4.0).err_b > fresh[0].err_b
+
+
+def test_first_failure_stops_at_the_first_chunk_over_the_allowance_and_agrees_on_pass_or_fail(monkeypatch):
+    """With the baseline's figures known, ``first_failure`` reads chunks only until one is over
+    the allowance: the verdict is the full check's, the error a lower bound of it."""
+    from expkit.checks import chunks, rounding as R
+
+    monkeypatch.setattr(chunks, "HOST_CHUNK", 1000)
+    g = torch.Generator().manual_seed(1)
+    ref = torch.randn(4096, generator=g, dtype=torch.float64)
+    base = ref.float()
+    R.output_error(0, ref, base, base.clone(), 64, "given", 4.0)  # remembers the pair's figures
+    bad = base.clone()
+    bad[10] += 0.5  # over the allowance in the first chunk
+    bad[3000] += 3.0  # and worse in the fourth
+    full = R.output_error(0, ref, base, bad, 64, "given", 4.0)
+    quick = R.output_error(0, ref, base, bad, 64, "given", 4.0, first_failure=True)
+    assert not full.ok and not quick.ok
+    assert quick.err_c == pytest.approx(0.5, rel=1e-3) and full.err_c == pytest.approx(3.0, rel=1e-3)
+    good = base + 1e-7
+    assert R.output_error(0, ref, base, good, 64, "given", 4.0, first_failure=True) == \
+        R.output_error(0, ref, base, good, 64, "given", 4.0)
+
+
+def test_max_abs_and_its_difference_form():
+    from expkit.checks.chunks import max_abs, max_abs_diff
+
+    assert max_abs(torch.tensor([1.0, -3.0, 2.0])) == 3.0
+    assert max_abs(torch.tensor([], dtype=torch.float32)) == 0.0
+    assert math.isnan(max_abs(torch.tensor([1.0, float("nan")])))
+    assert max_abs(torch.tensor([float("-inf"), 1.0])) == math.inf
+    assert max_abs(torch.tensor([3 + 4j, 1j])) == pytest.approx(5.0)
+    a = torch.tensor([1.0, 2.0 + 2**-20], dtype=torch.float32)
+    r = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    assert max_abs_diff(a, r) == 2**-20  # taken in float64 by promotion, not rounded to float32
+
+
+def test_a_broadcast_constant_is_chunked_without_a_copy(monkeypatch):
+    from expkit.checks import chunks
+
+    monkeypatch.setattr(chunks, "HOST_CHUNK", 1000)
+    big = torch.full((), 7.0).expand(3000, 1000)
+    pieces = [p for _, (p,) in chunks.flat_chunks(big)]
+    assert len(pieces) == 3000 and all(p.numel() == 1000 and p.stride() == (0,) for p in pieces)
+    assert float(pieces[-1].sum()) == 7000.0

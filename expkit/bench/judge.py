@@ -27,7 +27,7 @@ from dataclasses import asdict, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..checks import oracles, preflight
-from ..checks.chunks import flat_chunks
+from ..checks.chunks import flat_chunks, max_abs_diff
 from ..checks.digest import digest
 from ..core.findings import WARNING, Finding
 from ..manifest.spec import PER_CALL_ORACLE_KINDS, Oracle
@@ -257,7 +257,10 @@ def _calibrate(spec: Any, expected: Any, inputs: Sequence[Any], case: str, custo
     noise: Any = None
     for label, make in oracles.iter_null_candidates(expected, inputs):
         null = make()
-        f = oracles.check_outputs(spec, expected, null, case=case, inputs=inputs, custom=custom)
+        if custom is not None:  # a custom oracle may want memory of its own (a view, a data pointer)
+            null = tuple(n.contiguous() for n in oracles.flatten(null))
+        f = oracles.check_outputs(spec, expected, null, case=case, inputs=inputs, custom=custom,
+                                  reference64=reference64, first_failure=True)
         if not f.ok:
             continue
         if noise is None:
@@ -301,7 +304,7 @@ def _max_abs_diff(a: Any, b: Any) -> float:
     """max |a - b| in float64, chunk by chunk (``checks.chunks``), on ``a``'s device."""
     out = 0.0
     for _, (x, y) in flat_chunks(a, b):
-        out = max(out, float((x.double() - y.to(x.device).double()).abs().max()))
+        out = max(out, max_abs_diff(x.double(), y.to(x.device)))
     return out
 
 

@@ -77,7 +77,7 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ..manifest.spec import reduction_terms
-from .chunks import flat_chunks
+from .chunks import flat_chunks, max_abs, max_abs_diff
 
 #: F: how many times the baseline's own error a candidate may make (measured margins:
 #: benchmarks/results/oracle_margins.txt).
@@ -175,45 +175,60 @@ def _remember(ref: torch.Tensor, base: torch.Tensor, device: Any, scale: float, 
 
 
 def output_error(index: int, ref: torch.Tensor, base: torch.Tensor, cand: torch.Tensor, k: int, k_how: str,
-                 factor: float, *, bound: float = BOUND, reference_is_baseline: bool = False) -> OutputError:
-    """The rule for one floating (or complex) output; integer and bool outputs must be equal."""
+                 factor: float, *, bound: float = BOUND, reference_is_baseline: bool = False,
+                 first_failure: bool = False) -> OutputError:
+    """The rule for one floating (or complex) output; integer and bool outputs must be equal.
+
+    ``first_failure``: where the baseline's figures are already known (so the allowance is
+    too), stop at the first chunk over it; the candidate's error is then a lower bound.
+    For outputs expected to fail (the calibration's do-nothing outputs), one chunk
+    decides instead of the whole output."""
     if not (cand.is_floating_point() or cand.is_complex()):
         differ = int((base.to(cand.device) != cand).sum()) if base.numel() else 0
         return OutputError(index, bound, float(differ), 0.0, 0.0, k, "exact", 0.0, 0, differ == 0)
     wide = torch.complex128 if cand.is_complex() else torch.float64
     if ref.numel() == 0:
         return OutputError(index, bound, 0.0, 0.0, 0.0, k, k_how, 0.0, 0, True)
-    # Chunk by chunk in float64 (``chunks.CHUNK`` elements a time): the figures are maxima
+    # Chunk by chunk in float64 (``chunks.chunk_for`` elements a time): the figures are maxima
     # and counts, so they combine, and memory does not grow with the output.
     zero = torch.zeros((), dtype=torch.float64, device=cand.device)
     nonfinite = 0
     scale = err_b = 0.0
     parts = []
     known = _baseline_figures(ref, base, cand.device)
+    u_acc = unit_roundoff(accumulation_dtype(cand.dtype))
+    real = cand.real.dtype if cand.is_complex() else cand.dtype
+    eps_out = float(torch.finfo(real).eps)
+    limit = math.inf
+    if known is not None and first_failure:
+        limit = _allowed(known[0], known[1], bound, k, u_acc, eps_out, factor, reference_is_baseline)
     finite = True
     for _, (rc, bc, cc) in flat_chunks(ref, base, cand):
         r = rc.to(device=cand.device, dtype=wide)
-        c = cc.to(wide)
         if known is not None:
             # The reference's size and the baseline's error are the same for every candidate
-            # output held against this pair: one pass here, not five.
-            ec_max = float((c - r).abs().max())
+            # output held against this pair: one subtraction and one pass here.
+            ec_max = max_abs_diff(cc, r)
             if math.isfinite(ec_max):
                 parts.append(ec_max)
-                del r, c
+                del r
+                if ec_max > limit:
+                    break
                 continue
-        b = bc.to(device=cand.device, dtype=wide)
-        # The common case first, in six passes: where the three maxima are finite numbers no
-        # element of the chunk is NaN or infinite, and they are the figures.
-        s_max, eb_max, ec_max = float(r.abs().max()), float((b - r).abs().max()), float((c - r).abs().max())
+        bd = bc.to(cand.device)
+        # The common case first: where the three maxima are finite numbers no element of
+        # the chunk is NaN or infinite, and they are the figures. Each difference is taken
+        # in float64 by type promotion, with no float64 copy of the operand first.
+        s_max, eb_max, ec_max = max_abs(r), max_abs_diff(bd, r), max_abs_diff(cc, r)
         if math.isfinite(s_max) and math.isfinite(eb_max) and math.isfinite(ec_max):
             scale = max(scale, s_max)
             if not reference_is_baseline:
                 err_b = max(err_b, eb_max)
             parts.append(ec_max)
-            del r, b, c
+            del r, bd
             continue
         finite = finite and math.isfinite(s_max) and math.isfinite(eb_max)
+        b, c = bd.to(wide), cc.to(wide)
         finite_r = torch.isfinite(r)
         finite_b = torch.isfinite(b)
         # Where r is not finite, c must match it: NaN with NaN, an infinity with the same one.
@@ -229,19 +244,21 @@ def output_error(index: int, ref: torch.Tensor, base: torch.Tensor, cand: torch.
         # The baseline overflowed where the math did not: the candidate may do the same there.
         excused = finite_r & ~finite_b & ((c == b) | (torch.isnan(c) & torch.isnan(b)))
         parts.append(float(torch.where(finite_r & ~excused, diff, zero).max()))
-        del r, b, c, diff, excused, finite_r, finite_b
+        del r, b, c, bd, diff, excused, finite_r, finite_b
     if known is not None:
         scale, err_b = known
     elif finite and not reference_is_baseline:
         _remember(ref, base, cand.device, scale, err_b)
     err_c = max(parts) if parts else 0.0
-    u_acc = unit_roundoff(accumulation_dtype(cand.dtype))
-    real = cand.real.dtype if cand.is_complex() else cand.dtype
-    eps_out = float(torch.finfo(real).eps)
-    second = (bound * math.sqrt(k) * u_acc + eps_out) * scale
-    allowed = (2 * second) if reference_is_baseline else (factor * err_b + second)
+    allowed = _allowed(scale, err_b, bound, k, u_acc, eps_out, factor, reference_is_baseline)
     ok = nonfinite == 0 and err_c <= allowed
     return OutputError(index, bound, err_c, err_b, scale, k, k_how, allowed, nonfinite, ok)
+
+
+def _allowed(scale: float, err_b: float, bound: float, k: int, u_acc: float, eps_out: float, factor: float,
+             reference_is_baseline: bool) -> float:
+    second = (bound * math.sqrt(k) * u_acc + eps_out) * scale
+    return (2 * second) if reference_is_baseline else (factor * err_b + second)
 
 
 def describe(e: OutputError, n_outputs: int, how: str, factor: float) -> str:
