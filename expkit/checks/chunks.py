@@ -16,9 +16,11 @@ import torch
 #: Elements handled at a time on a GPU: float64 temporaries of about 128 MiB each, few
 #: enough kernel launches that the check runs at memory bandwidth.
 CHUNK = 1 << 24
-#: On the host: float64 temporaries of 8 MiB, under the allocator's mmap threshold
-#: (``bench/allocator.py``), so each is carved from heap pages already mapped instead of
-#: faulting in fresh ones. ``benchmarks/check_chunks.py`` measures the choice.
+#: On the host: float64 temporaries of 8 MiB, under the workers' mmap threshold
+#: (``bench/allocator.py``), so the scratch a check adds stays small and comes from heap
+#: pages already mapped. Time does not decide it: ``benchmarks/check_chunks.py`` found no
+#: consistent difference between 64 Ki and 16 Mi elements on the 2-core CPU
+#: (``benchmarks/results/check-chunks-cpu/``).
 HOST_CHUNK = 1 << 20
 
 
