@@ -25,8 +25,7 @@ descriptors (:mod:`.transport`). The requests, by phase:
   the parent asks, one call kept for the recheck and exported), ``finish_case``;
 * memory: ``probe`` (one plain call: input, output and peak bytes, free memory).
 
-The baseline's process also answers the judging requests of :mod:`.judge`.
-"""
+The baseline's process also answers the judging requests of :mod:`.judge`."""
 
 from __future__ import annotations
 
@@ -453,6 +452,7 @@ class CaseState:
             self.after()
             if CLOCK() >= end:
                 break
+        self.leaked_threads = 0  # a pool started lazily starts here in a replicate's fresh process
 
 
 def _timer(device: str, s: Settings, before: Callable[[], None], after: Callable[[], None],

@@ -210,6 +210,16 @@ def test_honest_candidate_raises_no_alarm(name, tmp_path):
     assert out.result["measured"]["cases"], "an honest candidate is measured"
 
 
+@pytest.mark.parametrize("name", ("honest_threaded", "honest_own_pool"))
+def test_a_pool_started_in_a_later_process_is_no_alarm(name, tmp_path):
+    """A later process of a replicated run has no preflight: a pool the candidate starts
+    lazily starts in the warm-up, and must not count against the first timed block."""
+    out = run(name, tmp_path, "measure.processes=3")
+    alarms = [(c["check"], c["message"]) for c in out.result["checks"] if not c["ok"]]
+    assert not alarms, alarms
+    assert out.result["measured"]["cases"]["c"]["processes"] == 3
+
+
 def test_candidate_output_is_kept_as_evidence_and_never_believed(tmp_path):
     out = run("honest_chatty", tmp_path)
     stdout = (tmp_path / "worker-stdout.txt").read_text()
