@@ -202,6 +202,14 @@ def test_recheck_policy_checks_the_first_blocks_then_keeps_to_its_budget():
     assert pol.pick("candidate", 8) is not None       # 1 s against 22 s: under
 
 
+@pytest.mark.parametrize("minimum, processes, each", [(3, 1, 3), (3, 3, 1), (3, 5, 1), (4, 3, 2), (0, 3, 0)])
+def test_the_minimum_of_rechecks_is_shared_by_a_cases_processes(minimum, processes, each):
+    pol = RecheckPolicy(DefenceSettings(min_rechecks=minimum, recheck_budget=0.0), random.Random(0),
+                        processes=processes)
+    picks = [pol.pick("candidate", 4) for _ in range(6)]
+    assert sum(p is not None for p in picks) == each
+
+
 def test_session_timer_batches_blocks_and_passes_their_findings_on():
     seen = []
 

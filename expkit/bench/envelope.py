@@ -78,12 +78,14 @@ class RecheckPolicy:
 
     The first ``min_rechecks`` candidate blocks of a case, then any block while the
     re-checks (those done, plus those planned at the average cost so far) have cost
-    less than ``budget`` of the timed seconds. The call index is drawn from a secret
-    RNG, so the candidate cannot tell a checked call from an unchecked one (short of
-    reading the harness's memory)."""
+    less than ``budget`` of the timed seconds. One policy serves one case in one of
+    ``processes`` processes: the minimum is shared between them, at least one in each
+    (3 processes of a case with ``min_rechecks=3`` re-check one block each, not three).
+    The call index is drawn from a secret RNG, so the candidate cannot tell a checked
+    call from an unchecked one (short of reading the harness's memory)."""
 
-    def __init__(self, d: DefenceSettings, rng: Optional[random.Random] = None) -> None:
-        self.min = d.min_rechecks
+    def __init__(self, d: DefenceSettings, rng: Optional[random.Random] = None, processes: int = 1) -> None:
+        self.min = max(1, -(-d.min_rechecks // max(1, processes))) if d.min_rechecks > 0 else 0
         self.budget = d.recheck_budget
         self.rng = rng or random.Random(secrets.randbits(64))
         self.picked = 0

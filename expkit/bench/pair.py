@@ -405,7 +405,8 @@ class CaseSides:
         self.pair, self.case = pair, case
         d = pair.settings.defences
         self.timer = SessionTimer(self._run_blocks, d, envelope=pair.isolated,
-                                  policy=RecheckPolicy(d) if d.enabled else _NoRecheck(d))
+                                  policy=RecheckPolicy(d, processes=pair.settings.measure.processes)
+                                  if d.enabled else _NoRecheck(d))
         self.baseline = SideFn(BASELINE, self._warm, self._call)
         self.candidate = SideFn(CANDIDATE, self._warm, self._call)
 

@@ -120,8 +120,9 @@ class DefenceSettings:
     (``salt``: one element of one floating input rewritten at a secret position;
     ``regenerate``: the whole set rebuilt by the factory; ``off``). ``recheck_budget``:
     fraction of the timed seconds that re-checking timed outputs may cost, at least
-    ``min_rechecks`` blocks a case. A speedup above ``max_plausible_speedup`` (unless
-    the manifest's ``expect.max_plausible_speedup`` allows more) is never ``supported``.
+    ``min_rechecks`` blocks a case (shared by its processes, at least one in each). A
+    speedup above ``max_plausible_speedup`` (unless the manifest's
+    ``expect.max_plausible_speedup`` allows more) is never ``supported``.
     ``envelope_abs_s`` / ``envelope_rel``: how far the worker's clock may fall short of
     the parent's before a block is flagged. ``start_method``: ``auto`` (fork the parent
     when that is safe, else the fork server), ``forkserver`` (workers fork from a server
