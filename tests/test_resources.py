@@ -313,3 +313,18 @@ def test_a_single_threaded_block_right_after_the_harness_used_every_core_is_not_
         while time.perf_counter() - t0 < 0.03:
             x[:64, :64].sum()
         assert acc.end() is None
+
+
+def test_a_sides_account_over_its_processes_keeps_the_busiest_span_and_any_flag():
+    from expkit.bench.pair import busiest
+
+    quiet = {"peak_cores": 1.0, "limit": 1.5, "flagged": False}
+    busy = {"peak_cores": 2.2, "limit": 1.5, "flagged": True}
+    unjudged = {"peak_cores": None, "limit": 1.5, "flagged": False}
+    one = busiest(None, quiet)
+    assert one == {**quiet, "processes": 1}
+    two = busiest(one, busy)
+    assert two["peak_cores"] == 2.2 and two["flagged"] and two["processes"] == 2
+    three = busiest(two, unjudged)
+    assert three["peak_cores"] == 2.2 and three["flagged"] and three["processes"] == 3
+    assert busiest(busiest(None, unjudged), quiet)["peak_cores"] == 1.0

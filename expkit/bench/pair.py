@@ -461,12 +461,25 @@ class CaseSides:
             reply = ep.request("finish_case")
             done += _findings(reply)
             if reply.get("resources") is not None:  # the cores each side's timed blocks used (CPU)
-                self.pair.evidence.setdefault("resources", {}).setdefault(self.case, {})[role] = reply["resources"]
+                per = self.pair.evidence.setdefault("resources", {}).setdefault(self.case, {})
+                per[role] = busiest(per.get(role), reply["resources"])
         if self.pair.device == "cuda" and self.pair.isolated:
             done += self.pair.neighbours(self.case)
         d = self.pair.settings.defences
         self.pair.evidence.setdefault("envelope", {})[self.case] = envelope_counts(self.timer.accounts, d)
         return self.timer.findings + envelope_findings(self.case, self.timer.accounts, d) + done
+
+
+def busiest(before: Optional[Mapping[str, Any]], now: Mapping[str, Any]) -> Dict[str, Any]:
+    """One side's CPU account over a case's processes (each replicate's pair reports its
+    own): the busiest judged span of any, flagged if any was, and how many reported."""
+    if before is None:
+        return {**now, "processes": int(now.get("processes", 1))}
+    key = lambda r: -1.0 if r.get("peak_cores") is None else r["peak_cores"]  # noqa: E731
+    top = dict(now if key(now) > key(before) else before)
+    top.update(flagged=bool(before.get("flagged") or now.get("flagged")),
+               processes=int(before.get("processes", 1)) + int(now.get("processes", 1)))
+    return top
 
 
 class _NoRecheck(RecheckPolicy):

@@ -14,7 +14,7 @@ from ..core.findings import Finding
 from ..manifest.settings import Settings
 from ..manifest.spec import LoadedManifest
 from ..timing import measure
-from .pair import Pair, open_pair
+from .pair import Pair, busiest, open_pair
 
 
 def _telemetry(device: str) -> Any:
@@ -90,6 +90,11 @@ class _Replicate:
     def finish(self, case: str) -> None:
         o = self.owner
         o.findings += self._sides.pop(case).finish()
+        if self.r > 0:  # the run's evidence is the first pair's: each side's CPU account joins it
+            mine = self.pair.evidence.get("resources", {}).get(case, {})
+            into = o.first.evidence.setdefault("resources", {}).setdefault(case, {})
+            for role, rec in mine.items():
+                into[role] = busiest(into.get(role), rec)
         log = self._stop_window()
         if log is not None:
             logs = o.logs.setdefault(case, [])
