@@ -106,6 +106,11 @@ def test_settle_hint_cases():
     assert "measure in more processes" in spread and "measure.processes=10" in spread
     assert "measure.max_seconds" in report.settle_hint({**base, "threshold": 1.3, "processes": 5,
                                                         "stopped": "time budget spent before the target"})
+    # processes 20% apart, each within +-1%: more processes, whatever stopped them
+    apart = [{"speedup": v, "ci_low": v * 0.99, "ci_high": v * 1.01} for v in (1.0, 1.2, 1.45)]
+    hint = report.settle_hint({**base, "threshold": 1.3, "processes": 3, "per_process": apart,
+                               "stopped": "time budget spent before the target"})
+    assert "disagree by more than the noise within each" in hint and "measure.processes=6" in hint
 
 
 def test_a_run_without_env_json_still_renders(tmp_path):

@@ -113,6 +113,27 @@ def test_processes_that_agree_exactly_still_get_the_noise_within_them():
     assert est.relative_half_width == pytest.approx(1.96 * np.sqrt(one.log_variance / 4), rel=0.1)
 
 
+def test_processes_that_disagree_beyond_their_own_noise_say_more_processes_would_settle_it():
+    """A 20% process effect over 0.1% noise within: the spread dominates, and the verdict's
+    reason asks for processes, not time, even where the budget also ran out; processes
+    that agree to within their noise do not."""
+    from expkit.verdict.rules import judge_case
+
+    rng = np.random.default_rng(16)
+    apart = [rounds(p, f * rng.lognormal(0, 0.001, 60), rng.lognormal(0, 0.001, 60))
+             for p, f in enumerate((0.8, 1.0, 1.25))]
+    est = stats.estimate_rounds(apart, seed=0)
+    assert est.spread_dominates
+    why = judge_case("c", est, 1.0, 0.05, budget_spent=True).reason
+    assert "disagree by more than the noise within each" in why and "measure.processes" in why
+    together = [rounds(p, rng.lognormal(0, 0.05, 60), rng.lognormal(0, 0.05, 60)) for p in range(3)]
+    close = stats.estimate_rounds(together, seed=0)
+    assert not close.spread_dominates
+    at_the_bar = close.speedup / 0.95  # an interval that straddles the bar, so the reason says why
+    assert "time budget ran out" in judge_case("c", close, at_the_bar, 0.05, budget_spent=True).reason
+    assert not stats.estimate_rounds(apart[:1], seed=0).spread_dominates  # one process: no spread to judge
+
+
 def test_two_processes_warn_that_the_interval_is_wide():
     rng = np.random.default_rng(15)
     procs = [rounds(p, rng.lognormal(0, 0.01, 30), rng.lognormal(0, 0.01, 30)) for p in range(2)]

@@ -33,7 +33,10 @@ def test_a_wide_interval_over_processes_asks_for_more_processes_not_more_rounds(
 
     procs = tuple(ProcessEstimate(r, 1.6 + 0.05 * r, 1.55, 1.75, 40, 1e-4) for r in range(3))
     cv = judge_case("c", replace(est(1.5, 1.6, 1.7), processes=procs), 1.7, 0.05, budget_spent=False)
-    assert "over 3 processes" in cv.reason and "measure.processes" in cv.reason
+    assert "3 processes" in cv.reason and "measure.processes" in cv.reason and "measure longer" not in cv.reason
+    agree = tuple(ProcessEstimate(r, 1.6 + 0.005 * r, 1.5, 1.7, 40, 1e-3) for r in range(3))  # within their noise
+    cv = judge_case("c", replace(est(1.5, 1.6, 1.7), processes=agree), 1.7, 0.05, budget_spent=False)
+    assert "interval over 3 processes is too wide" in cv.reason and "measure.processes" in cv.reason
     one = judge_case("c", est(1.5, 1.6, 1.7), 1.7, 0.05, budget_spent=False)
     assert "interval is too wide: measure longer" in one.reason
 

@@ -63,7 +63,12 @@ def judge_case(case: str, est: Estimate, claimed: float, tolerance: float, budge
         return CaseVerdict(case, REFUTED, claimed, thr,
                            f"measured {est.speedup:.3f}x, interval {interval} below {thr:.3f} "
                            f"(claimed {claimed:g}x, tolerance {tolerance:.0%})")
-    if budget_spent:
+    if est.spread_dominates:
+        # The processes disagree by more than each one's own noise: longer runs narrow each
+        # process's interval, not the spread between them.
+        why = (f"the {len(est.processes)} processes disagree by more than the noise within each: measure in more "
+               "processes (measure.processes, or measure=rigorous) or on a quieter machine")
+    elif budget_spent:
         why = "the time budget ran out first: measure longer (measure=rigorous) or on a quieter machine"
     elif len(est.processes) > 1:
         # Every process met its own target: the spread between processes (and the few of

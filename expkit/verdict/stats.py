@@ -167,6 +167,14 @@ class Estimate:
             return None
         return float(np.std([math.log(p.speedup) for p in self.processes], ddof=1))
 
+    @property
+    def spread_dominates(self) -> bool:
+        """Whether the processes disagree by more than the noise within each explains
+        (:func:`spread_dominates`). More rounds in each process then would not narrow the
+        interval; more processes would."""
+        return spread_dominates([math.log(p.speedup) for p in self.processes],
+                                [p.log_variance for p in self.processes])
+
     def record(self) -> Dict[str, Any]:
         """The fields ``result.json`` keeps per case about the interval and the processes
         (schema 3, ``report/store.py``)."""
@@ -178,6 +186,34 @@ class Estimate:
             "process_spread": self.process_spread,
             "process_sd": self.process_sd,
         }
+
+
+def spread_dominates(log_speedups: Sequence[float], log_variances: Sequence[float], level: float = 0.95) -> bool:
+    """Cochran's Q test of heterogeneity: whether per-process log speedups differ by more
+    than their own variances (within each process) explain, at ``level``.
+
+    ``Q = sum((x_i - x_w)^2 / v_i)`` around the inverse-variance weighted mean ``x_w``
+    follows a chi-squared law with ``k - 1`` degrees of freedom when the processes share
+    one true speedup; a Q above its ``level`` quantile says they do not. Under two
+    processes, or without a positive variance for each, it says False."""
+    from scipy.stats import chi2
+
+    k = len(log_speedups)
+    if k < 2 or len(log_variances) != k or any(not (v > 0) for v in log_variances):
+        return False
+    w = [1.0 / v for v in log_variances]
+    mean = sum(wi * x for wi, x in zip(w, log_speedups)) / sum(w)
+    q = sum(wi * (x - mean) ** 2 for wi, x in zip(w, log_speedups))
+    return bool(q > chi2.ppf(level, k - 1))
+
+
+def stored_log_variance(ci_low: float, ci_high: float, confidence: float = 0.95) -> float:
+    """A process's log-speedup variance from its stored interval (normal approximation)."""
+    from scipy.stats import norm
+
+    if not (ci_low > 0 and ci_high > 0):
+        return float("nan")
+    return ((math.log(ci_high) - math.log(ci_low)) / (2 * norm.ppf(0.5 + confidence / 2))) ** 2
 
 
 @dataclass(frozen=True)
