@@ -194,8 +194,8 @@ def spread_dominates(log_speedups: Sequence[float], log_variances: Sequence[floa
 
     ``Q = sum((x_i - x_w)^2 / v_i)`` around the inverse-variance weighted mean ``x_w``
     follows a chi-squared law with ``k - 1`` degrees of freedom when the processes share
-    one true speedup; a Q above its ``level`` quantile says they do not. Under two
-    processes, or without a positive variance for each, it says False."""
+    one true speedup; a Q above its ``level`` quantile says they do not. With fewer than
+    two processes, or without a positive variance for each, it says False."""
     from scipy.stats import chi2
 
     k = len(log_speedups)
