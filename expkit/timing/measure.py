@@ -48,8 +48,8 @@ test's error; but a width that is narrow by chance ends a run early with an inte
 that is too narrow. ``benchmarks/verdict_validity.py`` measures the final interval's
 coverage under this rule (``benchmarks/results/verdict_validity.md``, 400 simulated runs
 a scenario): for a nominal 95% it covered 96.0-98.0% in one process (within a run),
-97.0-99.8% over three (``quick``) and 95.0-100% over five (``default``), these two within a
-run and across processes, in every
+95.5-99.8% over five at ``quick``'s budget and 95.0-100% at ``default``'s, these two within
+a run and across processes, in every
 scenario, so the rule stands at the nominal level, without an adjusted level or a
 confidence sequence. With several processes each process stops on its own interval
 (:func:`expkit.verdict.stats.process_target`), so the stop never depends on the spread

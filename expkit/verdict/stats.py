@@ -22,7 +22,7 @@ geometric mean of the processes' ratios of medians (each process weighs the same
 the spread between processes is what more rounds cannot shrink). Each side's figure is
 the geometric mean of its per-process medians, so the speedup is exactly their ratio.
 
-**Interval, one process** (``measure.processes=1``; no preset since ``quick`` took 3): a percentile
+**Interval, one process** (``measure.processes=1``; no preset since ``quick`` took 5): a percentile
 bootstrap through ``scipy.stats.bootstrap`` with ``paired=True``: rounds are resampled
 *as pairs*, the baseline and candidate block of one round together, so noise the two
 sides shared (drift, a slow stretch of the machine) moves both sides of a resample
