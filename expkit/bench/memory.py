@@ -153,7 +153,9 @@ def measure_call(fn: Callable[..., Any], make_inputs: Callable[[], Sequence[Any]
             out["needed_bytes"] = held + int(float(tried.group(1)) * scale)
         return out
     except Exception as e:  # the baseline's own failure: the caller says so, with the case
-        out["raised"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+        from ..checks.preflight import short_error
+
+        out["raised"] = short_error(e)
         return out
     if device == "cuda":
         out["peak_bytes"] = int(torch.cuda.max_memory_allocated() - base)
