@@ -11,6 +11,7 @@
 # the end (the device returns at most 8 files), also when a step fails or times out.
 #
 # (write the commit into .device-src/COMMIT: git rev-parse HEAD > .device-src/COMMIT).
+# Set DEADLINE=560 (see below) when the device call's own limit is 600 s.
 # Steps (each with its own time limit, so one slow step cannot take the others' time):
 #   info       device, driver, torch; `expkit doctor`
 #   tests      python -m pytest -m gpu
@@ -38,8 +39,18 @@ cd "$ROOT"
 [ -e .kernelbench ] || ln -s "$REPO/.kernelbench" .kernelbench  # the audits name ../../.kernelbench
 pack() { tar -czf "$OUT/batch.tar.gz" -C "$B" . 2>/dev/null; }
 trap pack EXIT
-step_limit() { timeout --kill-after=10 "$@"; }
+# DEADLINE (seconds from the start of this script, e.g. 560 under the device's 600 s limit):
+# each step's own limit is cut to what is left, and steps that would start with under 30 s
+# left are skipped, so the batch is always packed before the device call itself times out.
+left() { echo $(( ${DEADLINE:-100000} - SECONDS )); }
+step_limit() {
+  local t=$1; shift
+  local l=$(( $(left) - 15 )); (( l < t )) && t=$l
+  (( t < 5 )) && { echo "skipped (deadline): $*" | tee -a "$B/steps.log"; return 124; }
+  timeout --kill-after=10 "$t" "$@"
+}
 for step in "$@"; do
+  if (( $(left) < 30 )); then echo "=== $step skipped: deadline" | tee -a "$B/steps.log"; continue; fi
   echo "=== $step $(date -u +%H:%M:%S)" | tee -a "$B/steps.log"
   case $step in
     info)

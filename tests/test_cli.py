@@ -44,6 +44,16 @@ def test_validate_accepts_the_examples(capsys):
     assert main(["validate", *map(str, sorted(CPU.glob("*.yaml")))]) == 0
 
 
+def test_validate_takes_a_folder_and_a_glob_as_run_does(capsys):
+    n = len(list(CPU.glob("*.yaml")))
+    assert main(["validate", str(CPU)]) == 0
+    assert capsys.readouterr().out.count("ok: ") == n
+    assert main(["validate", str(CPU / "*.yaml")]) == 0
+    assert capsys.readouterr().out.count("ok: ") == n
+    assert main(["validate", str(CPU / "no-such-folder")]) == 2
+    assert "no such file or folder" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("edit,key", [
     (("candidate: kernels:chain_right", "candidate: kernels:chain_rigth"), "candidate"),
     (("candidate: kernels:chain_right", "candidate: nosuchmodule:f"), "candidate"),

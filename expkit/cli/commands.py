@@ -52,7 +52,7 @@ def _parsers() -> Tuple[_Parser, Dict[str, _Parser]]:
                      help="add this run to a session folder (created if missing) and re-render its session.md")
 
     val = sub.add_parser("validate", help="check manifests without running anything")
-    val.add_argument("paths", nargs="+")
+    val.add_argument("paths", nargs="+", help="manifests, folders of them or quoted globs, as for run")
 
     rep = sub.add_parser("report", help="re-render report.md of a run folder from its stored files")
     rep.add_argument("run_dir", type=Path)
@@ -247,9 +247,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from ..manifest.spec import load
     from ..manifest.refs import resolve
+    from ..suites.suite import expand
 
+    try:
+        paths = expand(args.paths)
+    except ExpkitError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return USAGE_ERROR
     worst = 0
-    for path in args.paths:
+    for path in paths:
         try:
             lm = load(path)
             m = lm.manifest
