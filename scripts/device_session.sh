@@ -23,6 +23,7 @@
 #   advgpu     the GPU adversarial manifests through the CLI, with their reasons
 #   kbwrong    the wrong KernelBench solutions
 #   audits:GLOB  audit manifests matching GLOB (under manifests/audits/), one session
+#              (AUDIT_ARGS: extra overrides, e.g. measure.timer=events; AUDIT_SESSION: its folder)
 #   debug      scripts/debug_start.py and scripts/debug_kernel_records.py
 #   fidelity   benchmarks/timing_fidelity.py --quick
 #   fidelity-full  benchmarks/timing_fidelity.py
@@ -100,7 +101,8 @@ for step in "$@"; do
     audits:*)
       for m in manifests/audits/${step#audits:}.yaml; do
         n=$(basename "$m" .yaml)
-        step_limit 200 python3 -m expkit run "$m" measure=quick --session "$B/audit-session" --quiet > "$B/au-$n.log" 2>&1
+        step_limit 200 python3 -m expkit run "$m" measure=quick ${AUDIT_ARGS:-} --session "$B/${AUDIT_SESSION:-audit-session}" \
+          --quiet > "$B/au-$n${AUDIT_ARGS:+-alt}.log" 2>&1
         echo "$n exit $?" | tee -a "$B/steps.log"; tail -3 "$B/au-$n.log"
       done ;;
     debug)

@@ -55,6 +55,17 @@ def test_relative_error_against_float64_reference():
     assert ok.ok and not bad.ok and bad.figure == pytest.approx(0.01, rel=1e-3)
 
 
+def test_relative_error_is_the_same_over_many_chunks(monkeypatch):
+    from expkit.checks import chunks
+
+    ref = torch.randn(10_000, dtype=torch.float64)
+    spec = Oracle(kind="relative_error", max_error=1e-3)
+    whole = oracles.check_outputs(spec, ref.float(), ref.float() * 1.01, case="c", reference64=lambda: ref)
+    monkeypatch.setattr(chunks, "HOST_CHUNK", 997)  # eleven chunks, the last one short
+    chunked = oracles.check_outputs(spec, ref.float(), ref.float() * 1.01, case="c", reference64=lambda: ref)
+    assert chunked.figure == pytest.approx(whole.figure, rel=1e-9) and not chunked.ok
+
+
 def test_custom_oracle_figure():
     spec = Oracle(kind="custom", function="m:f", max_error=0.5)
     f = oracles.check_outputs(spec, t(1.0), t(1.0), case="c", custom=lambda e, a, i: (False, 0.7))

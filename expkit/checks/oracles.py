@@ -152,9 +152,7 @@ def check_outputs(
         limit = 0.0
         for a, r, e in zip(act, ref, exp):
             limit = spec.max_error if spec.max_error is not None else DEFAULT_MAX_RELATIVE_ERROR.get(e.dtype, 1e-5)
-            r64 = r.detach().to(torch.float64)
-            denom = float(torch.linalg.vector_norm(r64)) or 1.0
-            rel = float(torch.linalg.vector_norm(a.detach().to(torch.float64) - r64)) / denom
+            rel = _relative_error(a, r)
             if rel != rel:  # NaN
                 rel = float("inf")
             worst = max(worst, rel)
@@ -169,6 +167,21 @@ def check_outputs(
                        + (f" with figure {figure:.4g}" if figure is not None else ""), case,
                        figure=figure, threshold=spec.max_error)
     raise ValueError(f"oracle kind {spec.kind!r} is not a per-call oracle")
+
+
+def _relative_error(actual: torch.Tensor, reference: torch.Tensor) -> float:
+    """``||actual - reference|| / ||reference||`` in float64, chunk by chunk on the
+    candidate's device: the reference may live elsewhere (on the host, where the
+    baseline's float64 run had no room or no kernel on the GPU), and only one chunk of it
+    at a time is moved."""
+    dev = actual.device
+    num = torch.zeros((), dtype=torch.float64, device=dev)  # sums of squares
+    den = torch.zeros((), dtype=torch.float64, device=dev)
+    for _, (a, r) in flat_chunks(actual, reference):
+        r64 = r.to(device=dev, dtype=torch.float64)
+        num += torch.linalg.vector_norm(a.to(torch.float64) - r64).square()
+        den += torch.linalg.vector_norm(r64).square()
+    return float(num.sqrt()) / (float(den.sqrt()) or 1.0)
 
 
 def _rounding(spec: Oracle, exp: Sequence[torch.Tensor], act: Sequence[torch.Tensor], case: str,
