@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from expkit.timing import kernel_time as kt
-from expkit.timing.cupti_recorder import KindCodes, join, parse
+from expkit.timing.cupti_recorder import KindCodes, join, parse, tagged_calls
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "cupti"
 CODES = KindCodes(kernel=10, memcpy=1, memset=2, external=39, ours=5)
@@ -43,7 +43,8 @@ def recorded(fx: dict, ticks_per_second: float | None = None) -> kt.Recorded:
     raw: list = []
     ext: dict = {}
     parse(acts, CODES, raw, ext, names=True)
-    return kt.Recorded(join(raw, ext, fx["base"]), ticks_per_second or fx["ticks_per_second"])
+    return kt.Recorded(join(raw, ext, fx["base"]), ticks_per_second or fx["ticks_per_second"],
+                       tagged=tagged_calls(ext, fx["base"]))
 
 
 def chunks(fx: dict, key: str = "chunks") -> list[kt.ChunkTags]:
@@ -87,6 +88,36 @@ def test_other_tools_external_ids_are_ignored():
     assert all(fx["base"] <= x < fx["base"] + (1 << 32) for x in ext.values())
     assert all(r[6] == "" for r in raw)  # no names unless asked for
     assert sum(1 for a in fx["activity"] if a["kind"] == "RUNTIME") > 0 and len(raw) == 7
+
+
+def test_another_threads_launch_counts_only_inside_a_calls_brackets():
+    # other_thread.json: the backward kernel of call 0 (correlation 105) sits between
+    # the call's launch (104) and its closing event (106). Numbered after the closing
+    # event instead (between 106 and the harness's 107), the call had returned: foreign.
+    fx = load("other_thread")
+    kb = kt.block_kernel_time(recorded(fx), chunks(fx), (), fx["event_holds_s"])
+    assert kb.usable and kb.flags == ("other-thread",)
+    late = json.loads(json.dumps(fx))
+    for a in late["activity"]:
+        a["correlation_id"] *= 10
+        if a["correlation_id"] == 1050:
+            a["correlation_id"] = 1065
+    kb = kt.block_kernel_time(recorded(late), chunks(late), (), late["event_holds_s"])
+    assert "foreign" in kb.flags and "other-thread" in kb.flags  # call 1's own backward is still its own
+    assert kb.calls[0] == pytest.approx(10e-6)
+
+
+def test_the_brackets_of_warm_calls_and_of_harness_work():
+    c = kt.ChunkTags(hold=0, harness=1, first_call=2, calls=3)
+    # correlation: 10 hold, 20 call 2, 30 call 3, 40 call 4 (its closing event at 45), 50 hold of the next chunk
+    tagged = ((10, 0), (20, 2), (30, 3), (40, 4), (45, 4), (50, 99))
+    owner = kt._bracketing_call(tagged, [c], ())
+    assert owner(25) == 2  # between a call and the next call of its chunk (warm): the earlier call's
+    assert owner(42) == 4  # inside the last call's brackets
+    assert owner(15) is None  # after the hold, before any call: nobody's
+    assert owner(47) is None  # after the last call closed
+    assert owner(30) is None and owner(0) is None and owner(60) is None
+    assert kt._bracketing_call((), [c], ())(25) is None
 
 
 def test_side_stream_cannot_shorten_a_call():

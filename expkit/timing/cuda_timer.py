@@ -71,7 +71,8 @@ How a block is timed
    host envelope when records of no call and no harness launch ran inside a chunk's
    window (``foreign``) or the envelope check above fires. Records of a call on
    another stream or device are included and flagged (``other-stream``,
-   ``other-device``). A recorder that fails to record its own holds in three blocks
+   ``other-device``), and so are those another thread launched while the call ran
+   (``other-thread``: autograd's backward, for one). A recorder that fails to record its own holds in three blocks
    running is dropped, and ``info`` says why.
 
 Why no CUDA graph
@@ -300,6 +301,9 @@ class CudaTimer:
         if rec is not None and tags is not None:
             # The same loops with every launch under its tag (module docstring, 4.).
             harness, first = tags.harness, tags.first_call
+            # A call's closing event is recorded under its tag: that API call closes the
+            # bracket that places other threads' launches made during the call
+            # (kernel_time's module docstring); on the GPU it is the same event.
             if self.cold:
                 for i in range(n):
                     rec.push(harness)
@@ -308,16 +312,17 @@ class CudaTimer:
                     pairs[2 * i].record()
                     rec.push(first + i)
                     fn()
-                    rec.pop()
                     pairs[2 * i + 1].record()
+                    rec.pop()
                 last = pairs[2 * n - 1]
             else:
                 pairs[0].record()
                 for i in range(n):
                     rec.push(first + i)
                     fn()
+                    if i == n - 1:
+                        pairs[1].record()
                     rec.pop()
-                pairs[1].record()
                 last = pairs[1]
         elif self.cold:
             for i in range(n):

@@ -105,8 +105,15 @@ def join(raw: Iterable[Raw], ext: Mapping[int, int], base: int) -> Tuple[GpuReco
     for kind, corr, start, end, stream, device, name in raw:
         x = ext.get(corr)
         tag = x - base if x is not None and base <= x < base + TAG_SPAN else None
-        out.append(GpuRecord(KINDS[kind], tag, int(start), int(end), int(stream), int(device), name))
+        out.append(GpuRecord(KINDS[kind], tag, int(start), int(end), int(stream), int(device), name, int(corr)))
     return tuple(out)
+
+
+def tagged_calls(ext: Mapping[int, int], base: int) -> Tuple[Tuple[int, int], ...]:
+    """``(correlation, tag)`` of every API call made under this recorder's tags, in
+    CUPTI's order (the brackets :func:`~.kernel_time.attribute` places other threads'
+    launches by)."""
+    return tuple(sorted((int(corr), x - base) for corr, x in ext.items() if base <= x < base + TAG_SPAN))
 
 
 def _is_python_function(f: Any) -> bool:
@@ -214,9 +221,10 @@ class CuptiRecorder:
                     pass
             self._collecting = False
         records = join(self._raw, self._ext, self._base)
+        tagged = tagged_calls(self._ext, self._base)
         self._raw.clear()
         self._ext.clear()
-        return Recorded(records, self.ticks_per_second, time.perf_counter() - t0)
+        return Recorded(records, self.ticks_per_second, time.perf_counter() - t0, tagged=tagged)
 
     def recalibrate(self) -> float:
         """Ticks of CUPTI's clock per second of the host's, measured over ``calibrate_s``."""

@@ -50,6 +50,8 @@ LAUNCH_BOUND_SHARE = 0.25
 FLAG_WORDS = {
     "other-stream": "ran kernels on another stream than the harness's (included in its kernel time)",
     "other-device": "ran kernels on another device (included in its kernel time)",
+    "other-thread": "ran kernels another thread launched during the call, autograd's backward for one "
+                    "(included in its kernel time)",
     "foreign": "shared the GPU with work of no call and no harness launch (timed by the host's wall time instead)",
     "unrecorded": "had a call with no GPU record (timed by its call time instead)",
     "no-hold-record": "had no record of the harness's own hold (timed by its call time instead)",
@@ -58,7 +60,7 @@ FLAG_WORDS = {
     "clock-from-hold": "took the recorder's ticks from the harness's hold, CUPTI's own clock reading having disagreed",
 }
 #: Flags that say something about the block but cost it nothing.
-INFORMATIONAL = ("other-stream", "other-device", "clock-from-hold")
+INFORMATIONAL = ("other-stream", "other-device", "other-thread", "clock-from-hold")
 
 
 def fell_back(cs: CaseSamples) -> int:
@@ -173,7 +175,7 @@ def timing_findings(measured: Mapping[str, CaseSamples],
             out.append(Finding(KERNEL_TIME, False, f"{fig['sources']['envelope']} of {total} samples "
                                f"{FLAG_WORDS['foreign']}", name, severity=WARNING))
         notes = [f"{v} of {total} samples {FLAG_WORDS[k]}" for k, v in fig["flags"].items()
-                 if k in ("other-stream", "other-device")]
+                 if k in ("other-stream", "other-device", "other-thread")]
         if notes:
             out.append(Finding(KERNEL_TIME, False, "; ".join(notes), name, severity=WARNING))
     return out

@@ -27,6 +27,16 @@ next chunk's hold, or to the end of the recording for the last chunk): it may ha
 shared the GPU with the calls, and the block is not trusted (the timer then falls
 back to the host's wall time, as it does for foreign work the events reveal).
 
+One exception: a launch made by another thread *while a call was on the host's
+stack*. Autograd's backward runs on a worker thread per device, so every training
+step launches most of its kernels under no tag. CUPTI numbers API calls in the order
+they are made, across threads (``correlation``), so an untagged record whose API call
+falls between two API calls made under the same call's tag (the timer records the
+call's closing event under its tag, so a call's own API calls bracket it), or between
+a call and the next call of the same chunk (warm blocks, where nothing of the harness
+runs in between), was launched while that call ran: it is that call's record, and the
+call is flagged ``other-thread``. Such a record can only lengthen a call's span.
+
 The span of one call
 --------------------
 From the start of its first record to the end of its last, whatever stream or device
@@ -54,6 +64,7 @@ code the harness runs (a finaliser) would see that work counted as the harness's
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Protocol, Sequence, Set, Tuple
 
@@ -63,6 +74,7 @@ KINDS = ("kernel", "memcpy", "memset")
 OTHER_STREAM = "other-stream"
 OTHER_DEVICE = "other-device"
 FOREIGN = "foreign"
+OTHER_THREAD = "other-thread"
 UNRECORDED = "unrecorded"
 CLOCK_MISMATCH = "clock-mismatch"
 NO_HOLD_RECORD = "no-hold-record"
@@ -79,7 +91,8 @@ class GpuRecord:
     """One kernel, memcpy or memset as the recorder saw it.
 
     ``tag`` is the tag pushed when it was launched (None: launched under no tag of
-    the recorder's). ``start``/``end`` are in the recorder's ticks (0: unknown)."""
+    the recorder's). ``start``/``end`` are in the recorder's ticks (0: unknown).
+    ``correlation``: the number CUPTI gave the API call that launched it (0: unknown)."""
 
     kind: str
     tag: Optional[int]
@@ -88,6 +101,7 @@ class GpuRecord:
     stream: int
     device: int
     name: str = ""
+    correlation: int = 0
 
     @property
     def timed(self) -> bool:
@@ -99,12 +113,15 @@ class Recorded:
     """What a recorder collected between ``start`` and ``stop``.
 
     ``ticks_per_second`` converts the records' timestamps; ``host_seconds`` is what
-    collecting cost the host after the block (flush and parsing)."""
+    collecting cost the host after the block (flush and parsing). ``tagged``: every API
+    call made under one of the recorder's tags, as ``(correlation, tag)`` in the order
+    CUPTI numbered them (launches or not: the brackets of :func:`attribute`)."""
 
     records: Tuple[GpuRecord, ...]
     ticks_per_second: float = 1e9
     host_seconds: float = 0.0
     dropped: int = 0
+    tagged: Tuple[Tuple[int, int], ...] = ()
 
 
 class Recorder(Protocol):
@@ -167,7 +184,8 @@ class ChunkKernels:
     ``hold_seconds``: the hold's recorded duration (None: not recorded).
     ``other_stream`` / ``other_device``: calls with a record off the hold's stream /
     device. ``foreign``: records of no tag of the block inside the chunk's window.
-    ``untimed``: records without timestamps."""
+    ``untimed``: records without timestamps. ``other_thread``: calls with a record
+    another thread launched while they ran (module docstring)."""
 
     calls: Tuple[Optional[float], ...]
     hold_seconds: Optional[float]
@@ -176,6 +194,7 @@ class ChunkKernels:
     foreign: int = 0
     untimed: int = 0
     hold_ticks: Optional[int] = None
+    other_thread: int = 0
 
     @property
     def unrecorded(self) -> int:
@@ -187,6 +206,8 @@ class ChunkKernels:
             out.append(OTHER_STREAM)
         if self.other_device:
             out.append(OTHER_DEVICE)
+        if self.other_thread:
+            out.append(OTHER_THREAD)
         if self.foreign:
             out.append(FOREIGN)
         if self.unrecorded:
@@ -211,9 +232,16 @@ def attribute(recorded: Recorded, chunks: Sequence[ChunkTags], known: Iterable[C
         ours.update(c.tags())
     by_tag: Dict[int, List[GpuRecord]] = {}
     strangers: List[GpuRecord] = []
+    borrowed: Set[int] = set()  # call tags with a record of another thread's
+    owner = _bracketing_call(recorded.tagged, chunks, known)
     for r in recorded.records:
         if r.tag is not None and r.tag in ours:
             by_tag.setdefault(r.tag, []).append(r)
+            continue
+        t = owner(r.correlation) if r.tag is None else None
+        if t is not None:
+            by_tag.setdefault(t, []).append(r)
+            borrowed.add(t)
         elif r.timed:
             strangers.append(r)
     def hold_of(c: ChunkTags) -> Optional[GpuRecord]:
@@ -231,6 +259,7 @@ def attribute(recorded: Recorded, chunks: Sequence[ChunkTags], known: Iterable[C
         ref_device = hold.device if hold is not None else None
         spans: List[Optional[float]] = []
         other_stream = other_device = untimed = 0
+        other_thread = sum(1 for tag in c.call_tags() if tag in borrowed)
         lo: Optional[int] = hold.start if hold is not None else None
         for tag in c.call_tags():
             recs = by_tag.get(tag, ())
@@ -253,8 +282,39 @@ def attribute(recorded: Recorded, chunks: Sequence[ChunkTags], known: Iterable[C
             foreign = sum(1 for r in strangers if r.end > lo and (hi is None or r.start < hi))
         out.append(ChunkKernels(tuple(spans), None if hold is None else (hold.end - hold.start) / tps,
                                 other_stream, other_device, foreign, untimed,
-                                None if hold is None else hold.end - hold.start))
+                                None if hold is None else hold.end - hold.start, other_thread))
     return out
+
+
+def _bracketing_call(tagged: Sequence[Tuple[int, int]], chunks: Sequence[ChunkTags],
+                     known: Iterable[ChunkTags]) -> Callable[[int], Optional[int]]:
+    """``correlation -> call tag`` for an untagged API call made while a call ran: the
+    nearest tagged API calls before and after it are the same call's, or a call's and
+    the next call's of the same chunk (module docstring); None otherwise."""
+    if not tagged:
+        return lambda corr: None
+    calls: Dict[int, ChunkTags] = {}
+    for c in list(chunks) + list(known):
+        for t in c.call_tags():
+            calls[t] = c
+    order = sorted(tagged)
+    keys = [corr for corr, _ in order]
+
+    def owner(corr: int) -> Optional[int]:
+        if corr <= 0:
+            return None
+        i = bisect.bisect_left(keys, corr)
+        if i == 0 or i == len(keys) or keys[i] == corr:
+            return None
+        before, after = order[i - 1][1], order[i][1]
+        c = calls.get(before)
+        if c is None:
+            return None
+        if after == before or (after == before + 1 and after in c.call_tags()):
+            return before
+        return None
+
+    return owner
 
 
 def hold_agrees(recorded_s: Optional[float], event_s: float, rel: float = 0.02, abs_s: float = 5e-6) -> bool:
@@ -294,7 +354,7 @@ class KernelBlock:
         return sum(c for c in self.calls if c is not None)
 
 
-FLAG_ORDER = (OTHER_STREAM, OTHER_DEVICE, FOREIGN, UNRECORDED, NO_HOLD_RECORD, CLOCK_MISMATCH, CLOCK_FROM_HOLD,
+FLAG_ORDER = (OTHER_STREAM, OTHER_DEVICE, OTHER_THREAD, FOREIGN, UNRECORDED, NO_HOLD_RECORD, CLOCK_MISMATCH, CLOCK_FROM_HOLD,
               RECORDER_ERROR)
 
 

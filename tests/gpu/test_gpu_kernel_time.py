@@ -159,6 +159,28 @@ def test_foreign_work_from_another_thread_falls_back_to_the_host_wall_time():
     assert "foreign" in seen and timer.last_timing.source == "envelope", (seen, timer.last_timing)
 
 
+@pytest.mark.parametrize("cold", [True, False])
+def test_autograd_backward_launched_by_its_worker_thread_is_the_calls_own(cold):
+    # Autograd runs CUDA backward on a worker thread of its own, under no tag of ours:
+    # before, every training-step block fell back to the host's wall time ("foreign";
+    # the Liger layer-norm forward+backward audit on the H100, 2026-11-23).
+    x = torch.randn(4096, 8192, device="cuda", requires_grad=True)
+    ln = torch.nn.LayerNorm(8192, device="cuda")
+    dy = torch.randn_like(x)
+
+    def step() -> None:
+        x.grad = None
+        ln(x).backward(dy)
+
+    timer = CudaTimer(cold=cold, recorder=recorder())
+    timer.sample(step, 8)
+    t = timer.sample(step, 16)
+    lt = timer.last_timing
+    assert lt.source == "kernel" and "foreign" not in lt.flags, lt
+    assert "other-thread" in lt.flags, lt
+    assert lt.kernel_seconds == pytest.approx(t) and lt.kernel_seconds <= 1.05 * lt.call_seconds, lt
+
+
 def test_collection_does_not_change_a_kernels_duration_by_more_than_one_percent():
     warm_up()
     fn = spin(200_000)
