@@ -44,7 +44,7 @@ from .endpoint import LocalEndpoint, WorkerEndpoint
 from .envelope import RecheckPolicy, SessionTimer, SideFn, envelope_counts, envelope_findings
 from .fallback import FALLBACK
 from .memory import GiB, MemoryPlan, plan
-from .side import BASELINE, CANDIDATE
+from .side import BASELINE, CANDIDATE, LAST_CALL
 from .traces import trace_from_dict
 
 MEMORY = "memory"
@@ -435,7 +435,7 @@ class CaseSides:
         last_only = self.pair.memory is not None and not self.pair.memory.keep_pristine
         for side, number, keep in requests:
             if keep is not None and last_only:
-                keep = int(number) - 1  # no pristine copy: only the last call's inputs stay as they were
+                keep = LAST_CALL  # no pristine copy: only the last call's inputs stay as they were
             sent = CLOCK()
             rep = self._ep(side).request("block", number=int(number), recheck=keep)
             got = CLOCK()

@@ -53,6 +53,8 @@ ROLES = (BASELINE, CANDIDATE)
 
 #: Every expkit module a side may use (relative to ``expkit``), imported before the
 #: snapshot so that it covers them.
+#: ``block(recheck=LAST_CALL)``: keep whichever call of the block runs last.
+LAST_CALL = -1
 HARNESS_MODULES = ("checks.preflight", "timing.measure", "checks.oracles", "timing.timer", "timing.cuda_timer",
                    "checks.expectations", "checks.trace", "checks.identity", "checks.digest", "bench.channel",
                    "bench.worker", "bench.transport", "bench.judge", "bench.environment", "manifest.refs",
@@ -297,7 +299,13 @@ class SideBench:
         clock: ``timed`` (the calls), ``untimed`` (fresh inputs and per-call checks
         between the calls), ``checks`` (before and after); the parent holds their sum
         and ``wall`` against its own clock. With ``recheck``, call number ``recheck``
-        keeps a pristine copy of its inputs and its output, exported as ``kept``."""
+        keeps a pristine copy of its inputs and its output, exported as ``kept``;
+        ``recheck=LAST_CALL`` keeps the block's last call with its inputs as they are,
+        which no later call refreshes. The last call, not call ``number - 1``: a timer
+        may call more often than ``number`` (the GPU timer re-runs a block whose hold
+        the host outran), and a later call salts the very inputs call ``number - 1``
+        used (the Liger layer-norm training-step audit on the H100, 2026-11-23: its
+        output then failed the recheck by up to 1.6 on one element)."""
         cs = self.case
         assert cs is not None
         w0 = CLOCK()
@@ -418,9 +426,10 @@ class CaseState:
         if n > self._threads:
             self.leaked_threads += 1
         self._threads = n
-        keep = self.calls == self.keep_at
-        self.args, self._pristine = self.fresh.take(keep and self.keep_pristine)
-        if keep and not self.keep_pristine:
+        last = self.keep_at == LAST_CALL
+        keep = last or self.calls == self.keep_at
+        self.args, self._pristine = self.fresh.take(keep and self.keep_pristine and not last)
+        if keep and (last or not self.keep_pristine):
             self._pristine = self.args  # the memory plan has no room for a copy: see memory.py
 
     def after(self) -> None:
@@ -432,7 +441,7 @@ class CaseState:
 
         def call() -> None:
             out = fn(*self.args)
-            if self.calls == self.keep_at:
+            if self.calls == self.keep_at or self.keep_at == LAST_CALL:
                 self.kept = (out, self._pristine or self.args)
             self.calls += 1
         return call
