@@ -29,6 +29,7 @@ The baseline's process also answers the judging requests of :mod:`.judge`."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import random
 import threading
@@ -192,7 +193,7 @@ class SideBench:
         state_before = snapshot_state() if self.defended else None
         active_before = activity() if self.defended else None
         try:
-            with (preflight.poisoned_allocations() if poison and self.defended else _nothing()):
+            with (preflight.poisoned_allocations() if poison and self.defended else contextlib.nullcontext()):
                 out = preflight.call_synced(self.witness if self.role == CANDIDATE else self.fn, args)
         except Exception as e:
             oom = isinstance(e, torch.OutOfMemoryError)
@@ -300,12 +301,8 @@ class SideBench:
         between the calls), ``checks`` (before and after); the parent holds their sum
         and ``wall`` against its own clock. With ``recheck``, call number ``recheck``
         keeps a pristine copy of its inputs and its output, exported as ``kept``;
-        ``recheck=LAST_CALL`` keeps the block's last call with its inputs as they are,
-        which no later call refreshes. The last call, not call ``number - 1``: a timer
-        may call more often than ``number`` (the GPU timer re-runs a block whose hold
-        the host outran), and a later call salts the very inputs call ``number - 1``
-        used (the Liger layer-norm training-step audit on the H100, 2026-11-23: its
-        output then failed the recheck by up to 1.6 on one element)."""
+        ``LAST_CALL`` keeps whichever call runs last, on its inputs as they are (a
+        timer may call more than ``number`` times: tests/test_recheck_last_call.py)."""
         cs = self.case
         assert cs is not None
         w0 = CLOCK()
@@ -427,9 +424,8 @@ class CaseState:
             self.leaked_threads += 1
         self._threads = n
         last = self.keep_at == LAST_CALL
-        keep = last or self.calls == self.keep_at
-        self.args, self._pristine = self.fresh.take(keep and self.keep_pristine and not last)
-        if keep and (last or not self.keep_pristine):
+        self.args, self._pristine = self.fresh.take(self.calls == self.keep_at and self.keep_pristine)
+        if last or (self.calls == self.keep_at and not self.keep_pristine):
             self._pristine = self.args  # the memory plan has no room for a copy: see memory.py
 
     def after(self) -> None:
@@ -499,11 +495,3 @@ def _structure(out: Any) -> Any:
 
 def _no_factory(params: Mapping[str, Any], generator: Any, device: str) -> Tuple[Any, ...]:
     raise RuntimeError("this side was given without an input factory")
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
