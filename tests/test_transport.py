@@ -50,6 +50,26 @@ def test_a_placed_tensor_is_exported_without_a_copy():
     e.release()
 
 
+@pytest.mark.parametrize("make", [
+    lambda: torch.arange(60.0),  # dense: written as it lies
+    lambda: torch.arange(60.0).reshape(3, 4, 5).permute(2, 0, 1),  # dense, permuted: strides kept
+    lambda: torch.arange(60.0)[7:],  # dense, at an offset into its storage
+    lambda: torch.arange(60.0).reshape(6, 10)[:, ::2],  # not dense: through a dense copy
+    lambda: torch.arange(60) % 3 == 0,  # bool
+], ids=["dense", "permuted", "offset", "strided", "bool"])
+def test_placing_keeps_values_layout_and_a_fresh_version(monkeypatch, make):
+    from expkit.bench import transport
+
+    monkeypatch.setattr(transport, "WRITE_CHUNK", 7)  # many short writes, the last one partial
+    t = make()
+    e = Exporter()
+    placed = e.place(t)
+    assert torch.equal(placed, t) and placed.dtype == t.dtype and placed._version == 0
+    if transport._dense(t):
+        assert placed.stride() == t.stride()
+    e.release()
+
+
 def test_the_importer_refuses_a_path_that_is_not_an_expkit_shared_file(tmp_path):
     with pytest.raises(ValueError, match="not an expkit shared file"):
         Importer().open([{"kind": "host", "path": "/etc/passwd", "base": 0, "dtype": "torch.uint8", "shape": [1],

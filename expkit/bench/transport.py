@@ -91,6 +91,10 @@ def _dense(t: torch.Tensor) -> bool:
     return True
 
 
+#: Bytes per write when placing a tensor in its file (a bound on one system call's size).
+WRITE_CHUNK = 256 << 20
+
+
 def _new_path() -> str:
     return os.path.join(SHM_DIR, f"{PREFIX}{os.getpid()}-{secrets.token_hex(8)}")
 
@@ -115,20 +119,25 @@ class Exporter:
         # The layout is kept: a tensor that is a transposed view (K laid out d-major, say)
         # is placed with the same strides, dense, as ``torch.empty_like`` would lay it out;
         # a kernel whose speed depends on its operand's layout sees the same layout.
-        dense = torch.empty_like(t, memory_format=torch.preserve_format)
+        # A dense tensor is written as it lies (one copy, into the file); others through
+        # a dense copy first.
+        dense = t.detach()
         if not _dense(dense):
-            dense = torch.empty(t.shape, dtype=t.dtype)
-        dense.copy_(t.detach())
+            dense = torch.empty_like(t, memory_format=torch.preserve_format)
+            if not _dense(dense):
+                dense = torch.empty(t.shape, dtype=t.dtype)
+            dense.copy_(t.detach())
         nbytes = dense.numel() * dense.element_size()
         path = _new_path()
         # The bytes are written before any tensor views the file, and not by a torch
         # in-place op: the placed tensor starts at version 0, like a freshly built one.
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            os.ftruncate(fd, nbytes)
-            with mmap.mmap(fd, nbytes) as mm:
-                flat = torch.as_strided(dense, (dense.numel(),), (1,), dense.storage_offset())
-                mm[:] = flat.view(torch.uint8).numpy().tobytes()
+            flat = torch.as_strided(dense, (dense.numel(),), (1,), dense.storage_offset())
+            view = memoryview(flat.view(torch.uint8).numpy())
+            done = 0
+            while done < nbytes:  # os.write may write less than asked
+                done += os.write(fd, view[done:done + WRITE_CHUNK])
         finally:
             os.close(fd)
         seg = _Segment(path, nbytes, create=False)
