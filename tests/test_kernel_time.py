@@ -21,7 +21,7 @@ from expkit.timing import kernel_time as kt
 from expkit.timing.cupti_recorder import KindCodes, join, parse, tagged_calls
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "cupti"
-CODES = KindCodes(kernel=10, memcpy=1, memset=2, external=39, ours=5)
+CODES = KindCodes(kernel=10, memcpy=1, memset=2, external=39, ours=5, runtime=5, driver=4)
 KIND_CODES = {"CONCURRENT_KERNEL": 10, "MEMCPY": 1, "MEMSET": 2, "EXTERNAL_CORRELATION": 39, "RUNTIME": 5,
               "DRIVER": 4}
 EXT_KINDS = {"CUSTOM0": 3, "CUSTOM1": 4, "CUSTOM2": 5}
@@ -42,9 +42,10 @@ def recorded(fx: dict, ticks_per_second: float | None = None) -> kt.Recorded:
         acts.append(SimpleNamespace(**d))
     raw: list = []
     ext: dict = {}
-    parse(acts, CODES, raw, ext, names=True)
-    return kt.Recorded(join(raw, ext, fx["base"]), ticks_per_second or fx["ticks_per_second"],
-                       tagged=tagged_calls(ext, fx["base"]))
+    api: dict = {}
+    parse(acts, CODES, raw, ext, names=True, api=api)
+    return kt.Recorded(join(raw, ext, fx["base"], api), ticks_per_second or fx["ticks_per_second"],
+                       tagged=tagged_calls(ext, fx["base"], api))
 
 
 def chunks(fx: dict, key: str = "chunks") -> list[kt.ChunkTags]:
@@ -107,17 +108,39 @@ def test_another_threads_launch_counts_only_inside_a_calls_brackets():
     assert kb.calls[0] == pytest.approx(10e-6)
 
 
-def test_the_brackets_of_warm_calls_and_of_harness_work():
+def untagged(correlation: int = 0, launched: int = 0) -> kt.GpuRecord:
+    return kt.GpuRecord("kernel", None, 1, 2, 7, 0, "", correlation, launched)
+
+
+@pytest.mark.parametrize("by_time", [False, True])
+def test_the_brackets_of_warm_calls_and_of_harness_work(by_time):
     c = kt.ChunkTags(hold=0, harness=1, first_call=2, calls=3)
-    # correlation: 10 hold, 20 call 2, 30 call 3, 40 call 4 (its closing event at 45), 50 hold of the next chunk
-    tagged = ((10, 0), (20, 2), (30, 3), (40, 4), (45, 4), (50, 99))
+    # 10 hold, 20 call 2, 30 call 3, 40 call 4 (its closing event at 45), 50 hold of the next chunk:
+    # as correlation ids, or (by_time) as host start times with correlation ids in another order
+    points = ((10, 0), (20, 2), (30, 3), (40, 4), (45, 4), (50, 99))
+    tagged = tuple((1000 - p, tag, p) if by_time else (p, tag, 0) for p, tag in points)
     owner = kt._bracketing_call(tagged, [c], ())
-    assert owner(25) == 2  # between a call and the next call of its chunk (warm): the earlier call's
-    assert owner(42) == 4  # inside the last call's brackets
-    assert owner(15) is None  # after the hold, before any call: nobody's
-    assert owner(47) is None  # after the last call closed
-    assert owner(30) is None and owner(0) is None and owner(60) is None
-    assert kt._bracketing_call((), [c], ())(25) is None
+
+    def at(p: int) -> kt.GpuRecord:
+        return untagged(launched=p, correlation=7) if by_time else untagged(correlation=p)
+
+    assert owner(at(25)) == 2  # between a call and the next call of its chunk (warm): the earlier call's
+    assert owner(at(42)) == 4  # inside the last call's brackets
+    assert owner(at(15)) is None  # after the hold, before any call: nobody's
+    assert owner(at(47)) is None  # after the last call closed
+    assert owner(at(30)) is None and owner(at(0)) is None and owner(at(60)) is None
+    assert kt._bracketing_call((), [c], ())(at(25)) is None
+
+
+def test_host_times_place_a_launch_that_correlation_order_would_call_foreign():
+    fx = load("other_thread_by_host_time")
+    kb = kt.block_kernel_time(recorded(fx), chunks(fx), (), fx["event_holds_s"])
+    assert kb.usable and kb.flags == ("other-thread",)
+    blind = json.loads(json.dumps(fx))  # the same records without the API calls' times
+    for a in blind["activity"]:
+        a.pop("start") if a["kind"] in ("RUNTIME", "DRIVER") else None
+    kb = kt.block_kernel_time(recorded(blind), chunks(blind), (), blind["event_holds_s"])
+    assert "foreign" in kb.flags
 
 
 def test_side_stream_cannot_shorten_a_call():

@@ -42,6 +42,12 @@ def test_the_reference_leaves_the_device_only_when_free_memory_cannot_hold_it():
     assert p.projected_bytes <= p.budget_bytes
 
 
+def test_on_the_host_the_reference_has_nowhere_else_to_go_and_the_plan_says_it_is_over():
+    p = plan({**probe(512 << 20, 512 << 20, 1 * GiB, 20 * GiB), "device": "cpu"}, input_sets=4, l2_bytes=L2)
+    assert p.reference == "device" and not any("stays on the device" in n for n in p.notes)
+    assert p.projected_bytes > p.budget_bytes and "over twice the plain call's peak" in p.notes[-1]
+
+
 def test_free_memory_caps_the_budget():
     p = plan(probe(256 << 20, 256 << 20, 512 << 20, 1 * GiB), input_sets=4, l2_bytes=L2)
     assert p.budget_bytes == int(0.85 * GiB)

@@ -242,7 +242,8 @@ def plan(probe: Mapping[str, Any], *, input_sets: int, l2_bytes: Optional[int], 
     # leaves the device only when the device's free memory cannot hold it, not to meet
     # the budget above.
     hard = int(free * headroom) if free else budget
-    if projected > budget:
+    on_host = probe.get("device") == "cpu"  # the reference is on the host either way
+    if projected > budget and not on_host:
         if projected > hard:
             knobs["ref"] = False
             notes.append(reasons["ref"])
@@ -250,7 +251,7 @@ def plan(probe: Mapping[str, Any], *, input_sets: int, l2_bytes: Optional[int], 
         else:
             notes.append("the float64 reference stays on the device for the checks (on the host it would run at the "
                          "CPU's float64 speed): the checks' peak goes over twice the plain call's peak plus 1 GiB")
-    if projected > budget and not knobs["ref"] or projected > hard:
+    if projected > budget and (on_host or not knobs["ref"]) or projected > hard:
         where = (f"{headroom:.0%} of the {free / GiB:.1f} GiB free" if free and projected > hard
                  else "twice the plain call's peak plus 1 GiB")
         notes.append(f"projected {projected / GiB:.1f} GiB is over {where} even so; the run goes ahead and an "

@@ -12,9 +12,11 @@ What it enables, and why
   its start and end on the GPU, stream, device and the correlation id of its launch;
 * ``EXTERNAL_CORRELATION``: one record per API call made while a tag of ours is
   pushed, mapping its correlation id to our external id;
-* ``RUNTIME`` and ``DRIVER``: not read, but without them CUPTI emitted no external
-  correlation records at all (measured on an H100, driver 580.159.04, cupti-python
-  13.4.0: ``scripts/probe_kernel_time.py``; with them every call of 64 was attributed).
+* ``RUNTIME`` and ``DRIVER``: without them CUPTI emitted no external correlation
+  records at all (measured on an H100, driver 580.159.04, cupti-python 13.4.0:
+  ``scripts/probe_kernel_time.py``; with them every call of 64 was attributed). Only
+  each API call's start on the host is read: it places a launch another thread made
+  (autograd's backward) among the API calls of the call that was running.
 
 External ids are ``base + tag`` with a random 32-bit ``base`` per recorder, pushed
 on the external-correlation kind ``CUSTOM2``: Kineto (torch.profiler) uses ``CUSTOM0``
@@ -74,20 +76,28 @@ class KindCodes:
     memset: int
     external: int
     ours: int
+    runtime: int = -1
+    driver: int = -1
 
 
 Raw = Tuple[int, int, int, int, int, int, str]  # (kind index into KINDS, correlation, start, end, stream, device, name)
 
 
-def parse(activities: Iterable[Any], codes: KindCodes, raw: List[Raw], ext: Dict[int, int], names: bool) -> None:
+def parse(activities: Iterable[Any], codes: KindCodes, raw: List[Raw], ext: Dict[int, int], names: bool,
+          api: Optional[Dict[int, int]] = None) -> None:
     """Copy what the span logic needs out of a buffer of CUPTI records (the buffer is
-    reused once the callback returns): GPU work into ``raw``, and our kind's external
-    correlations into ``ext`` (correlation id -> external id). Records of every other
-    kind (the runtime and driver API records) and other tools' external ids are skipped."""
+    reused once the callback returns): GPU work into ``raw``, our kind's external
+    correlations into ``ext`` (correlation id -> external id) and, given ``api``, each
+    runtime or driver API call's start on the host (correlation id -> ticks: where
+    another thread's launch falls among a call's own API calls). Other tools' external
+    ids are skipped."""
     kk, km, ks, ke, ours = codes.kernel, codes.memcpy, codes.memset, codes.external, codes.ours
+    kr, kd = (codes.runtime, codes.driver) if api is not None else (-2, -2)
     for a in activities:
         k = a.kind
-        if k == ke:
+        if k == kr or k == kd:
+            api[a.correlation_id] = getattr(a, "start", 0) or 0  # type: ignore[index]
+        elif k == ke:
             if a.external_kind == ours:
                 ext[a.correlation_id] = a.external_id
         elif k == kk:
@@ -98,22 +108,29 @@ def parse(activities: Iterable[Any], codes: KindCodes, raw: List[Raw], ext: Dict
             raw.append((2, a.correlation_id, a.start, a.end, a.stream_id, a.device_id, ""))
 
 
-def join(raw: Iterable[Raw], ext: Mapping[int, int], base: int) -> Tuple[GpuRecord, ...]:
+def join(raw: Iterable[Raw], ext: Mapping[int, int], base: int,
+         api: Optional[Mapping[int, int]] = None) -> Tuple[GpuRecord, ...]:
     """GPU records with their tags: ``external id - base`` for ids pushed by this
-    recorder (``base <= id < base + 2**32``), None for everything else."""
+    recorder (``base <= id < base + 2**32``), None for everything else; with the
+    correlation id and, from ``api``, the host time of the API call that launched each."""
+    api = api or {}
     out = []
     for kind, corr, start, end, stream, device, name in raw:
         x = ext.get(corr)
         tag = x - base if x is not None and base <= x < base + TAG_SPAN else None
-        out.append(GpuRecord(KINDS[kind], tag, int(start), int(end), int(stream), int(device), name, int(corr)))
+        out.append(GpuRecord(KINDS[kind], tag, int(start), int(end), int(stream), int(device), name, int(corr),
+                             int(api.get(corr, 0))))
     return tuple(out)
 
 
-def tagged_calls(ext: Mapping[int, int], base: int) -> Tuple[Tuple[int, int], ...]:
-    """``(correlation, tag)`` of every API call made under this recorder's tags, in
-    CUPTI's order (the brackets :func:`~.kernel_time.attribute` places other threads'
-    launches by)."""
-    return tuple(sorted((int(corr), x - base) for corr, x in ext.items() if base <= x < base + TAG_SPAN))
+def tagged_calls(ext: Mapping[int, int], base: int,
+                 api: Optional[Mapping[int, int]] = None) -> Tuple[Tuple[int, int, int], ...]:
+    """``(correlation, tag, host start)`` of every API call made under this recorder's
+    tags (the brackets :func:`~.kernel_time.attribute` places other threads' launches
+    by; host start 0 where no API record was read)."""
+    api = api or {}
+    return tuple(sorted((int(corr), x - base, int(api.get(corr, 0)))
+                        for corr, x in ext.items() if base <= x < base + TAG_SPAN))
 
 
 def _is_python_function(f: Any) -> bool:
@@ -154,13 +171,14 @@ class CuptiRecorder:
         self._kinds = [ak.CONCURRENT_KERNEL, ak.MEMCPY, ak.MEMSET, ak.EXTERNAL_CORRELATION, ak.RUNTIME, ak.DRIVER]
         self._ext_kind = cupti.ExternalCorrelationKind.CUSTOM2
         self._codes = KindCodes(int(ak.CONCURRENT_KERNEL), int(ak.MEMCPY), int(ak.MEMSET),
-                                int(ak.EXTERNAL_CORRELATION), int(self._ext_kind))
+                                int(ak.EXTERNAL_CORRELATION), int(self._ext_kind), int(ak.RUNTIME), int(ak.DRIVER))
         self._base = secrets.randbits(31) * TAG_SPAN
         self._buffer_bytes = int(buffer_bytes)
         self._quiet = quiet
         self._names = names
         self._calibrate_s = calibrate_s
         self._ext: Dict[int, int] = {}
+        self._api: Dict[int, int] = {}
         self._raw: List[Raw] = []
         self._collecting = False
         self._registered = False
@@ -176,13 +194,14 @@ class CuptiRecorder:
         return self._buffer_bytes, 0
 
     def _completed(self, activities: Any) -> None:
-        parse(activities, self._codes, self._raw, self._ext, self._names)
+        parse(activities, self._codes, self._raw, self._ext, self._names, self._api)
 
     # -- the Recorder seam ------------------------------------------------------------------
     def start(self) -> None:
         if self._collecting:
             self.stop()
         self._ext.clear()
+        self._api.clear()
         self._raw.clear()
         try:
             self._register(self._requested, self._completed)
@@ -220,10 +239,11 @@ class CuptiRecorder:
                 except Exception:
                     pass
             self._collecting = False
-        records = join(self._raw, self._ext, self._base)
-        tagged = tagged_calls(self._ext, self._base)
+        records = join(self._raw, self._ext, self._base, self._api)
+        tagged = tagged_calls(self._ext, self._base, self._api)
         self._raw.clear()
         self._ext.clear()
+        self._api.clear()
         return Recorded(records, self.ticks_per_second, time.perf_counter() - t0, tagged=tagged)
 
     def recalibrate(self) -> float:

@@ -29,13 +29,15 @@ back to the host's wall time, as it does for foreign work the events reveal).
 
 One exception: a launch made by another thread *while a call was on the host's
 stack*. Autograd's backward runs on a worker thread per device, so every training
-step launches most of its kernels under no tag. CUPTI numbers API calls in the order
-they are made, across threads (``correlation``), so an untagged record whose API call
-falls between two API calls made under the same call's tag (the timer records the
-call's closing event under its tag, so a call's own API calls bracket it), or between
-a call and the next call of the same chunk (warm blocks, where nothing of the harness
-runs in between), was launched while that call ran: it is that call's record, and the
-call is flagged ``other-thread``. Such a record can only lengthen a call's span.
+step launches most of its kernels under no tag. An untagged record whose launching
+API call started between two API calls made under the same call's tag (the timer
+records the call's closing event under its tag, so a call's own API calls bracket
+it), or between a call and the next call of the same chunk (warm blocks, where nothing
+of the harness runs in between), was launched while that call ran: it is that call's
+record, and the call is flagged ``other-thread``. Such a record can only lengthen a
+call's span. "Between" is by the API calls' start on the host, CUPTI's one clock for
+every thread; where the recorder read no API times it falls back to the order of
+CUPTI's correlation ids, which count up as calls are made (observed, not documented).
 
 The span of one call
 --------------------
@@ -92,7 +94,8 @@ class GpuRecord:
 
     ``tag`` is the tag pushed when it was launched (None: launched under no tag of
     the recorder's). ``start``/``end`` are in the recorder's ticks (0: unknown).
-    ``correlation``: the number CUPTI gave the API call that launched it (0: unknown)."""
+    ``correlation``: the number CUPTI gave the API call that launched it (0: unknown);
+    ``launched``: that API call's start on the host, in the recorder's ticks (0: unknown)."""
 
     kind: str
     tag: Optional[int]
@@ -102,6 +105,7 @@ class GpuRecord:
     device: int
     name: str = ""
     correlation: int = 0
+    launched: int = 0
 
     @property
     def timed(self) -> bool:
@@ -114,14 +118,14 @@ class Recorded:
 
     ``ticks_per_second`` converts the records' timestamps; ``host_seconds`` is what
     collecting cost the host after the block (flush and parsing). ``tagged``: every API
-    call made under one of the recorder's tags, as ``(correlation, tag)`` in the order
-    CUPTI numbered them (launches or not: the brackets of :func:`attribute`)."""
+    call made under one of the recorder's tags, as ``(correlation, tag, host start)``
+    (launches or not: the brackets of :func:`attribute`)."""
 
     records: Tuple[GpuRecord, ...]
     ticks_per_second: float = 1e9
     host_seconds: float = 0.0
     dropped: int = 0
-    tagged: Tuple[Tuple[int, int], ...] = ()
+    tagged: Tuple[Tuple[int, ...], ...] = ()
 
 
 class Recorder(Protocol):
@@ -238,7 +242,7 @@ def attribute(recorded: Recorded, chunks: Sequence[ChunkTags], known: Iterable[C
         if r.tag is not None and r.tag in ours:
             by_tag.setdefault(r.tag, []).append(r)
             continue
-        t = owner(r.correlation) if r.tag is None else None
+        t = owner(r) if r.tag is None else None
         if t is not None:
             by_tag.setdefault(t, []).append(r)
             borrowed.add(t)
@@ -286,25 +290,27 @@ def attribute(recorded: Recorded, chunks: Sequence[ChunkTags], known: Iterable[C
     return out
 
 
-def _bracketing_call(tagged: Sequence[Tuple[int, int]], chunks: Sequence[ChunkTags],
-                     known: Iterable[ChunkTags]) -> Callable[[int], Optional[int]]:
-    """``correlation -> call tag`` for an untagged API call made while a call ran: the
-    nearest tagged API calls before and after it are the same call's, or a call's and
-    the next call's of the same chunk (module docstring); None otherwise."""
+def _bracketing_call(tagged: Sequence[Tuple[int, ...]], chunks: Sequence[ChunkTags],
+                     known: Iterable[ChunkTags]) -> Callable[[GpuRecord], Optional[int]]:
+    """``record -> call tag`` for an untagged record launched while a call ran: the
+    nearest tagged API calls before and after its launch are the same call's, or a
+    call's and the next call's of the same chunk (module docstring); None otherwise."""
     if not tagged:
-        return lambda corr: None
+        return lambda r: None
+    by_time = all(len(t) > 2 and t[2] > 0 for t in tagged)
     calls: Dict[int, ChunkTags] = {}
     for c in list(chunks) + list(known):
         for t in c.call_tags():
             calls[t] = c
-    order = sorted(tagged)
-    keys = [corr for corr, _ in order]
+    order = sorted((t[2] if by_time else t[0], t[1]) for t in tagged)
+    keys = [k for k, _ in order]
 
-    def owner(corr: int) -> Optional[int]:
-        if corr <= 0:
+    def owner(r: GpuRecord) -> Optional[int]:
+        key = r.launched if by_time else r.correlation
+        if key <= 0:
             return None
-        i = bisect.bisect_left(keys, corr)
-        if i == 0 or i == len(keys) or keys[i] == corr:
+        i = bisect.bisect_left(keys, key)
+        if i == 0 or i == len(keys) or keys[i] == key:
             return None
         before, after = order[i - 1][1], order[i][1]
         c = calls.get(before)
