@@ -302,7 +302,7 @@ class SideBench:
         and ``wall`` against its own clock. With ``recheck``, call number ``recheck``
         keeps a pristine copy of its inputs and its output, exported as ``kept``;
         ``LAST_CALL`` keeps whichever call runs last, on its inputs as they are (a
-        timer may call more than ``number`` times: tests/test_recheck_last_call.py)."""
+        timer may call more than ``number`` times: tests/test_recheck.py)."""
         cs = self.case
         assert cs is not None
         w0 = CLOCK()

@@ -108,6 +108,31 @@ def _bitwise_equal(e: torch.Tensor, a: torch.Tensor) -> bool:
     return torch.equal(e, a)
 
 
+#: Oracles that every output bit for bit equal to the baseline's own passes, by their
+#: definitions: ``exact``; ``allclose`` (a zero difference, NaN where the baseline has
+#: NaN); ``rounding``, which allows at least the baseline's own error (``factor`` >= 1).
+PASSED_BY_THE_BASELINES_OWN_BITS = ("exact", "allclose", "rounding")
+
+
+def same_bits(expected: Any, actual: Any) -> bool:
+    """Whether every output is bit for bit the baseline's (same shapes, dtypes and bits),
+    compared a chunk at a time (:func:`.chunks.flat_chunks`): no float64 and no
+    reference. A recheck whose output is the baseline's own needs no reference for the
+    oracles in :data:`PASSED_BY_THE_BASELINES_OWN_BITS`."""
+    exp, act = flatten(expected), flatten(actual)
+    if len(exp) != len(act):
+        return False
+    for e, a in zip(exp, act):
+        if not isinstance(e, torch.Tensor) or not isinstance(a, torch.Tensor):
+            return False
+        if e.shape != a.shape or e.dtype != a.dtype or e.device != a.device:
+            return False
+        for _, (ec, ac) in flat_chunks(e, a):
+            if not _bitwise_equal(ec.contiguous(), ac.contiguous()):
+                return False
+    return True
+
+
 def check_outputs(
     spec: Oracle,
     expected: Any,
