@@ -52,10 +52,11 @@ from .transport import Exporter
 BASELINE, CANDIDATE = "baseline", "candidate"
 ROLES = (BASELINE, CANDIDATE)
 
-#: Every expkit module a side may use (relative to ``expkit``), imported before the
-#: snapshot so that it covers them.
 #: ``block(recheck=LAST_CALL)``: keep whichever call of the block runs last.
 LAST_CALL = -1
+
+#: Every expkit module a side may use (relative to ``expkit``), imported before the
+#: snapshot so that it covers them.
 HARNESS_MODULES = ("checks.preflight", "timing.measure", "checks.oracles", "timing.timer", "timing.cuda_timer",
                    "checks.expectations", "checks.trace", "checks.identity", "checks.digest", "bench.channel",
                    "bench.worker", "bench.transport", "bench.judge", "bench.environment", "manifest.refs",

@@ -72,8 +72,8 @@ How a block is timed
    window (``foreign``) or the envelope check above fires. Records of a call on
    another stream or device are included and flagged (``other-stream``,
    ``other-device``), and so are those another thread launched while the call ran
-   (``other-thread``: autograd's backward, for one). A recorder that fails to record its own holds in three blocks
-   running is dropped, and ``info`` says why.
+   (``other-thread``: autograd's backward, for one). A recorder that fails to record
+   its own holds in three blocks running is dropped, and ``info`` says why.
 
 Why no CUDA graph
 -----------------

@@ -360,8 +360,8 @@ class KernelBlock:
         return sum(c for c in self.calls if c is not None)
 
 
-FLAG_ORDER = (OTHER_STREAM, OTHER_DEVICE, OTHER_THREAD, FOREIGN, UNRECORDED, NO_HOLD_RECORD, CLOCK_MISMATCH, CLOCK_FROM_HOLD,
-              RECORDER_ERROR)
+FLAG_ORDER = (OTHER_STREAM, OTHER_DEVICE, OTHER_THREAD, FOREIGN, UNRECORDED, NO_HOLD_RECORD, CLOCK_MISMATCH,
+              CLOCK_FROM_HOLD, RECORDER_ERROR)
 
 
 def block_kernel_time(recorded: Recorded, kept: Sequence[ChunkTags], attempted: Sequence[ChunkTags],
