@@ -116,3 +116,25 @@ def test_a_recheck_of_other_bits_still_judges_against_the_reference():
     assert made and found and "recheck" in found[0].check
     found, made = judged_recheck(lambda i: chain(*i), "relative_error")  # not passed by definition
     assert made and found == []
+
+
+def test_later_trials_of_the_baselines_own_bits_make_no_reference():
+    from expkit.bench.judge import Judge
+    from expkit.bench.side import BASELINE
+    from expkit.manifest.spec import Oracle
+
+    lm = load(MANIFEST)
+    side = SideBench(lm, Settings(), "cpu", BASELINE, fn=chain, factory=make_inputs, local=True)
+    judge = Judge(side)
+    judge.per_call = [(0, Oracle(kind="rounding"))]
+    made = []
+    real = judge._reference64
+    judge._reference64 = lambda pristine: made.append(1) or real(pristine)
+    judge.pristine = make_inputs({}, torch.Generator().manual_seed(3), "cpu")
+    judge.expected = chain(*judge.pristine)
+    same = (chain(*judge.pristine),)
+    assert judge._judge("c", 1, True, True, same, "", [])["findings"] == [] and made == []
+    assert judge._judge("c", 0, True, True, same, "", [])["findings"] and made  # trial 0 reports its figures
+    made.clear()
+    other = (chain(*judge.pristine) * 1.001,)
+    assert any(not f["ok"] for f in judge._judge("c", 1, True, True, other, "", [])["findings"]) and made

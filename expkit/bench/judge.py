@@ -127,7 +127,13 @@ class Judge:
                found: List[Finding]) -> Dict[str, Any]:
         poison_only = False
         reported: List[Finding] = []
-        for idx, spec in self._oracles(case):
+        specs = self._oracles(case)
+        if trial > 0 and all(spec.kind in oracles.PASSED_BY_THE_BASELINES_OWN_BITS for _, spec in specs) \
+                and oracles.same_bits(self.expected, actual):
+            # Later trials report nothing that passes, and calibrate nothing: the baseline's
+            # own bits pass these oracles by definition, with no float64 reference to make.
+            return {"findings": [asdict(f) for f in found], "poison_only": False}
+        for idx, spec in specs:
             custom = self.side.custom.get(idx)
             f = oracles.check_outputs(spec, self.expected, actual, case=case, inputs=self.pristine,
                                       reference64=self._reference64(self.pristine), custom=custom)
