@@ -110,7 +110,9 @@ def _bitwise_equal(e: torch.Tensor, a: torch.Tensor) -> bool:
 
 #: Oracles that every output bit for bit equal to the baseline's own passes, by their
 #: definitions: ``exact``; ``allclose`` (a zero difference, NaN where the baseline has
-#: NaN); ``rounding``, which allows at least the baseline's own error (``factor`` >= 1).
+#: NaN); ``rounding``, which allows at least the baseline's own error (``factor`` >= 1;
+#: a baseline whose output holds NaN fails the rule in the first trial, which the
+#: judge always checks in full).
 PASSED_BY_THE_BASELINES_OWN_BITS = ("exact", "allclose", "rounding")
 
 
