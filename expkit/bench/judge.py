@@ -128,8 +128,7 @@ class Judge:
         poison_only = False
         reported: List[Finding] = []
         specs = self._oracles(case)
-        if trial > 0 and all(spec.kind in oracles.PASSED_BY_THE_BASELINES_OWN_BITS for _, spec in specs) \
-                and oracles.same_bits(self.expected, actual):
+        if trial > 0 and _own_bits(specs, self.expected, actual):
             # Later trials report nothing that passes, and calibrate nothing: the baseline's
             # own bits pass these oracles by definition, with no float64 reference to make.
             return {"findings": [asdict(f) for f in found], "poison_only": False}
@@ -225,9 +224,7 @@ class Judge:
             # The baseline's own bits pass these oracles by definition: no float64 reference
             # (on the host, seconds a recheck for a 0.5 GiB output) to say so.
             specs = self._oracles(case)
-            same = (all(spec.kind in oracles.PASSED_BY_THE_BASELINES_OWN_BITS for _, spec in specs)
-                    and oracles.same_bits(expected, actual))
-            checked = [] if same else [
+            checked = [] if _own_bits(specs, expected, actual) else [
                 oracles.check_outputs(spec, expected, actual, case=case, inputs=pristine,
                                       reference64=self._reference64(pristine), custom=self.side.custom.get(idx))
                 for idx, spec in specs]
@@ -241,6 +238,13 @@ class Judge:
         self._ref = None
         self.importer.close()
         return found
+
+
+def _own_bits(specs: Sequence[Tuple[int, Any]], expected: Any, actual: Any) -> bool:
+    """Whether ``actual`` is the baseline's own output bit for bit and every oracle of
+    ``specs`` passes such an output by its definition (no float64 reference needed)."""
+    return (all(spec.kind in oracles.PASSED_BY_THE_BASELINES_OWN_BITS for _, spec in specs)
+            and oracles.same_bits(expected, actual))
 
 
 def _poison_only(spec: Any, expected: Any, actual: Sequence[Any], inputs: Sequence[Any], custom: Any) -> bool:

@@ -424,9 +424,9 @@ class CaseState:
         if n > self._threads:
             self.leaked_threads += 1
         self._threads = n
-        last = self.keep_at == LAST_CALL
-        self.args, self._pristine = self.fresh.take(self.calls == self.keep_at and self.keep_pristine)
-        if last or (self.calls == self.keep_at and not self.keep_pristine):
+        keep = self.calls == self.keep_at
+        self.args, self._pristine = self.fresh.take(keep and self.keep_pristine)
+        if keep and not self.keep_pristine:
             self._pristine = self.args  # the memory plan has no room for a copy: see memory.py
 
     def after(self) -> None:
