@@ -18,6 +18,8 @@
 #   tests:P,Q  python -m pytest -m gpu P Q
 #   examples   the GPU examples at measure=quick, one session
 #   kb:LIST    KernelBench level-1 problems LIST (comma-separated numbers) through the sweep
+#   kb2:LIST, kb3:LIST  the same for levels 2 and 3
+#   rerun      issue 15's reruns: benchmarks/rerun/{aa,pair}.yaml, 5 fresh invocations each
 #   cost:LIST  benchmarks/harness_cost.py on the manifests kb:LIST wrote
 #   honest     the honest GPU example, 3 runs with each timer (kernel, events)
 #   advgpu     the GPU adversarial manifests through the CLI, with their reasons
@@ -72,9 +74,20 @@ for step in "$@"; do
         echo "$n exit $?" | tee -a "$B/steps.log"
       done
       python3 -m expkit session "$B/gpu-session" > /dev/null 2>&1 ;;
-    kb:*)
-      step_limit 420 python3 benchmarks/kernelbench_sweep.py "$REPO/.kernelbench" --level 1 --problems "${step#kb:}" \
-        --timeout 100 --budget 400 --results "$B/kb-l1.jsonl" --work /tmp/kb-work --copy-to "$B" 2>&1 | tail -30 ;;
+    kb:*|kb2:*|kb3:*)  # kb:LIST level 1, kb2:LIST level 2, kb3:LIST level 3
+      lv=${step%%:*}; lv=${lv#kb}; lv=${lv:-1}
+      step_limit 540 python3 benchmarks/kernelbench_sweep.py "$REPO/.kernelbench" --level "$lv" --problems "${step#*:}" \
+        --timeout 100 --budget $(( $(left) - 40 )) --results "$B/kb-l$lv.jsonl" --work /tmp/kb-work --copy-to "$B" \
+        2>&1 | tail -30 ;;
+    rerun)  # issue 15: five fresh invocations each of an A/A and an honest pair, then their agreement
+      for g in aa pair; do
+        for i in 1 2 3 4 5; do
+          step_limit 90 python3 -m expkit run benchmarks/rerun/$g.yaml --out "$B/rerun/$g/run-$i" --quiet \
+            > "$B/rerun-$g-$i.log" 2>&1
+          echo "rerun $g $i exit $?" | tee -a "$B/steps.log"
+        done
+      done
+      python3 benchmarks/rerun_agreement.py "$B/rerun/aa" "$B/rerun/pair" --out "$B/rerun" 2>&1 | tail -20 ;;
     cost:*)  # after kb:LIST: the harness's cost against one plain call, on the sweep's manifests
       ms=()
       for n in $(echo "${step#cost:}" | tr , ' '); do ms+=( /tmp/kb-work/level1/manifests/${n}_*.yaml ); done

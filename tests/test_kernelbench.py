@@ -136,6 +136,27 @@ def test_inputs_follow_the_trial_generator_and_params(tmp_path):
         factory({"nope": 1}, torch.Generator().manual_seed(1), "cpu")
 
 
+def test_inputs_are_drawn_on_the_manifests_device(tmp_path, monkeypatch):
+    # get_inputs() calls torch.randn() with no device; under the run's device as torch's
+    # default, the draw happens there (the meta device stands in for a GPU here), not on
+    # the host and then copied: a host draw of KernelBench's 6 GiB inputs takes ~25 s.
+    lm = load(_manifest(tmp_path, BASE + "kernelbench: {problem: 4_mlp.py, solution: 4_mlp_addmm.py}\n"))
+    _, _, factory = kb.sides(lm)
+    drawn, real = [], torch.randn
+
+    def spy(*a, **k):
+        out = real(*a, **k)
+        drawn.append(out.device.type)
+        return out
+
+    with torch.device("meta"):  # torch caches its list of factories on first use: before the patch
+        torch.empty(1)
+    monkeypatch.setattr(torch, "randn", spy)
+    got = factory({}, torch.Generator().manual_seed(1), "meta")[0]
+    assert got.device.type == "meta" and drawn == ["meta"]
+    assert torch.get_default_device().type == "cpu"  # restored after the call
+
+
 def test_broken_problem_is_a_manifest_error_broken_solution_a_failed_candidate(tmp_path):
     path = _manifest(tmp_path, BASE + "kernelbench: {problem: 4_mlp.py, solution: 3_matmul_syntax_error.py}\n")
     base, cand, _ = kb.sides(load(path))

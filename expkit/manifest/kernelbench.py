@@ -23,7 +23,9 @@ and this module turns it into the three callables the runner needs:
   cast to ``precision``; forward calls run under ``torch.no_grad()``.
 * **inputs** ``get_inputs()`` called under a seed drawn from the preflight's
   per-trial generator, inside ``torch.random.fork_rng`` so the global RNG is left
-  as it was. Each preflight trial therefore gets fresh inputs, where KernelBench
+  as it was, with the manifest's device as torch's default device: ``torch.rand(...)``
+  then draws on the GPU (milliseconds for the 8 GiB inputs of some problems, where a
+  host draw takes tens of seconds), from the device's own generator under that seed. Each preflight trial therefore gets fresh inputs, where KernelBench
   uses seed 42 for the first trial. Floating tensors are cast to ``precision``;
   integer tensors (indices, labels) keep their dtype -- KernelBench casts every
   tensor, which would turn an index tensor into floats.
@@ -108,6 +110,14 @@ def seeded(seed: int, device: str) -> Iterator[None]:
         yield
 
 
+def _default_device(device: str) -> Any:
+    """``torch.device(device)`` as a context (torch's factories then create there), or a
+    no-op for the host."""
+    import torch
+
+    return torch.device(device) if device != "cpu" else contextlib.nullcontext()
+
+
 def cast(values: Sequence[Any], device: str, dtype: Any) -> Tuple[Any, ...]:
     """Move tensors to ``device``; floating ones also to ``dtype``; leave the rest."""
     import torch
@@ -163,7 +173,7 @@ class ModelSide:
             threads = torch.get_num_threads()
             torch.set_num_threads(max(1, os.cpu_count() or 1))
             try:
-                with (torch.device(self.device) if self.device != "cpu" else contextlib.nullcontext()):
+                with _default_device(self.device):
                     with seeded(self.seed, self.device):
                         init = cast(list(self.init_inputs()), self.device, dtype)
                     with seeded(self.seed, self.device):
@@ -194,8 +204,11 @@ class InputFactory:
     def __call__(self, params: Mapping[str, Any], gen: Any, device: str) -> Tuple[Any, ...]:
         # One draw from the trial's generator seeds get_inputs(): the trial's seed, not
         # the global RNG's state, decides the inputs.
+        # Under the device as torch's default device, so that ``torch.rand(...)`` in
+        # get_inputs() draws on the GPU: KernelBench's inputs reach 8 GiB, and a host draw
+        # of 6 GiB takes about 25 s on one CPU thread (issue 19), a device draw milliseconds.
         seed = int(gen.initial_seed())
-        with _globals(self.module, params, self.where), seeded(seed, device):
+        with _globals(self.module, params, self.where), seeded(seed, device), _default_device(device):
             got = self.module.get_inputs()
         if not isinstance(got, (list, tuple)):
             got = [got]
