@@ -271,3 +271,47 @@ def test_findings_are_frozen():
     f = Finding("identity", True, "ok")
     with pytest.raises(AttributeError):
         f.ok = False  # type: ignore[misc]
+
+
+def _side_stream_with_markers(spin_end: float, join_start: float) -> Trace:
+    """The side-stream matmul (its kernel runs 786349.352-786405.352 in the trace's
+    microseconds, on stream 29) with the two markers capture() now records on stream 7:
+    the entry marker's spin ending at ``spin_end`` and the join marker starting at
+    ``join_start``."""
+    import copy
+    import json
+
+    from expkit.checks.trace import HARNESS_JOIN
+
+    raw = copy.deepcopy(json.loads((TRACES / "side_stream_mm.json").read_text()))
+    base = 4393516000000.0
+    raw["traceEvents"] += [
+        {"ph": "X", "cat": "kernel", "name": "spin_kernel(long)", "ts": base + spin_end - 1000.0, "dur": 1000.0,
+         "pid": 0, "tid": 7, "args": {"External id": 2049, "stream": 7, "correlation": 9000}},
+        {"ph": "X", "cat": "user_annotation", "name": HARNESS_JOIN, "ts": base + 786360.0, "dur": 30.0,
+         "pid": 1, "tid": 1, "args": {"External id": 9001}},
+        {"ph": "X", "cat": "kernel", "name": "fill_kernel", "ts": base + join_start, "dur": 1.0,
+         "pid": 0, "tid": 7, "args": {"External id": 9001, "stream": 7, "correlation": 9002}},
+    ]
+    return parse_chrome_trace(raw)
+
+
+def test_a_library_stream_ordered_with_the_callers_is_in_the_call():
+    # cuDNN's grouped convolutions run kernels on streams of their own, joined to the
+    # caller's at both ends: KernelBench level-1 problem 72 was `invalid` on an H100 for it.
+    t = _side_stream_with_markers(spin_end=786340.0, join_start=786410.0)
+    assert t.harness_stream == 7 and t.meta["entry_end_us"] < t.meta["join_start_us"]
+    assert [k.name for k in t.kernels if "spin" in k.name or "fill" in k.name] == []  # markers dropped
+    (stream,) = by_check(check_expectations(Expect(), t, t), "stream")
+    assert stream.ok and "1 of 1 candidate kernel(s) ran on stream(s) 29, each ordered" in stream.message
+
+
+@pytest.mark.parametrize("spin_end, join_start, why", [
+    (786360.0, 786410.0, "started during the entry spin: it did not wait for the caller's stream"),
+    (786340.0, 786400.0, "still ran when the join marker started: the caller's stream did not wait for it"),
+])
+def test_a_side_stream_unordered_at_either_end_is_caught(spin_end, join_start, why):
+    t = _side_stream_with_markers(spin_end, join_start)
+    (stream,) = by_check(check_expectations(Expect(), t, t), "stream")
+    assert not stream.ok, why
+    assert "ran on stream 29; the harness times stream 7, unordered with it" in stream.message

@@ -35,8 +35,12 @@ Checks, in the order their findings come back:
     an H100 the cuDNN SDPA kernel also runs 384 threads per block (fixture
     ``tests/data/traces/sdpa_fp16.json``), the same count as the story's kernel.
 ``stream`` (GPU, ``same_stream``)
-    Every candidate kernel must run on the stream the harness times; work queued on
-    a side stream escapes a timer that records events on the harness stream.
+    Every candidate kernel must run on the stream the harness times, or be ordered
+    with it at both ends of the call (it waits for the caller's earlier work and the
+    caller's stream waits for it before going on: a library's own streams, such as
+    cuDNN's for grouped convolutions; :meth:`.trace.Trace.unordered_kernels`). Work
+    on a side stream that is not ordered so escapes a timer that records events on the
+    harness stream, and the caller may read an output it has not finished.
 
 On a CPU-only trace (no CUDA activity recorded) ``launch`` and ``stream`` findings
 are "not applicable": ``ok`` with a message saying so, never a silent pass and never
@@ -442,9 +446,20 @@ def _check_stream(cand: Trace, harness_stream: Optional[int]) -> Finding:
         return Finding("stream", False, "the harness stream is unknown, so the candidate's streams cannot "
                        "be checked (record with expkit.checks.trace.capture, which marks it, or pass harness_stream)")
     off = [k for k in cand.kernels if k.stream != stream]
+    loose = cand.unordered_kernels(stream)
+    if loose:
+        listed = _listing([f"kernel `{k.short_name}` ran on stream {k.stream}" for k in loose])
+        how = ("" if len(loose) == len(off) or "entry_end_us" not in cand.meta else
+               f" ({len(off) - len(loose)} other kernel(s) off the stream were ordered with it)")
+        why = ("" if "entry_end_us" not in cand.meta else
+               ", unordered with it (started before the caller's earlier work ended, or still ran when the "
+               "call had returned and its stream went on)")
+        return Finding("stream", False, f"{listed}; the harness times stream {stream}{why}{how}")
     if off:
-        listed = _listing([f"kernel `{k.short_name}` ran on stream {k.stream}" for k in off])
-        return Finding("stream", False, f"{listed}; the harness times stream {stream}")
+        streams = ", ".join(str(s) for s in dict.fromkeys(k.stream for k in off))
+        return Finding("stream", True, f"{len(off)} of {len(cand.kernels)} candidate kernel(s) ran on stream(s) "
+                       f"{streams}, each ordered with the harness stream {stream} at both ends of the call "
+                       "(a library's own streams): in the call's span")
     return Finding("stream", True, f"all {len(cand.kernels)} candidate kernel(s) ran on the harness stream {stream}")
 
 

@@ -30,6 +30,16 @@ tiny fill kernel on the current stream inside a ``record_function`` named
 ``meta["harness_stream"]`` and removes the marker (the span, the ops under it and
 their kernels) from the trace, so it never counts as the candidate's work.
 
+Work on other streams. The entry marker ends with a spin of about a millisecond
+(:data:`ENTRY_SPIN_CYCLES`), and a second marker (:data:`HARNESS_JOIN`) is launched
+on the same stream as soon as the call returns. A library that runs kernels on
+streams of its own (cuDNN's grouped convolutions do) orders them with the caller's
+stream at both ends: they start after the spin has ended and end before the join
+marker starts. Work that does not wait for the caller's stream starts during the
+spin; work the caller's stream does not wait for is still running when the join
+marker starts. ``meta["entry_end_us"]`` and ``meta["join_start_us"]`` keep the two
+instants (:meth:`Trace.unordered_kernels`).
+
 Approximations: nesting comes from timestamps on one thread (kineto writes
 microseconds with nanosecond decimals, and a child's interval lies inside its
 parent's); kernels launched outside any op (e.g. by a library called straight from
@@ -55,6 +65,13 @@ T = TypeVar("T")
 #: ``record_function`` label of the marker kernel :func:`capture` launches on the
 #: harness stream (see the module docstring).
 HARNESS_MARKER = "expkit::harness_stream_marker"
+#: ``record_function`` label of the marker :func:`capture` launches on the harness
+#: stream right after the profiled call returns (see the module docstring).
+HARNESS_JOIN = "expkit::harness_stream_join"
+#: Cycles of the spin the entry marker ends with (about 1 ms at 2 GHz): long against the
+#: host's time to launch a call's first kernels, so that work on another stream that
+#: does not wait for the caller's stream visibly starts before the spin has ended.
+ENTRY_SPIN_CYCLES = 2_000_000
 
 #: Trace categories read as ops.
 OP_CATEGORIES = ("cpu_op", "user_annotation")
@@ -165,6 +182,18 @@ class Trace:
             if o.tid == op.tid and o.depth == 0 and o.ts_us <= op.ts_us < o.end_us:
                 return o
         return op
+
+    def unordered_kernels(self, stream: int) -> Tuple[KernelEvent, ...]:
+        """Kernels off ``stream`` that were not ordered with it at both ends of the call:
+        started before the entry marker's spin ended, or ended after the join marker
+        started (see the module docstring). Where the trace lacks either instant (a trace
+        expkit did not record), every kernel off the stream counts as unordered."""
+        entry, join = self.meta.get("entry_end_us"), self.meta.get("join_start_us")
+        off = [k for k in self.kernels if k.stream != stream]
+        if entry is None or join is None:
+            return tuple(off)
+        eps = 0.05  # kineto writes microseconds with nanosecond decimals
+        return tuple(k for k in off if k.ts_us < entry - eps or k.ts_us + k.dur_us > join + eps)
 
     def kernels_of_op(self, op: OpEvent, *, nested: bool = True) -> Tuple[KernelEvent, ...]:
         """Kernels launched by ``op`` (``External id`` equal to the op's), and with
@@ -389,21 +418,26 @@ def parse_chrome_trace(data: Union[Mapping[str, Any], str, os.PathLike], *,
 
 
 def _remove_marker(trace: Trace) -> Trace:
-    """Read the harness stream off the marker (see module docstring) and drop it."""
-    markers = [op for op in trace.ops if op.name == HARNESS_MARKER]
-    if not markers:
+    """Read the harness stream and the entry and join instants off the markers (see the
+    module docstring) and drop them (their spans, the ops under them, their kernels)."""
+    drop_ops: set = set()
+    found: Dict[str, list] = {HARNESS_MARKER: [], HARNESS_JOIN: []}
+    for m in trace.ops:
+        if m.name in found:
+            drop_ops.add(id(m))
+            drop_ops.update(id(o) for o in trace.descendants(m))
+            found[m.name].extend(trace.kernels_of_op(m))
+    if not drop_ops:
         return trace
-    drop_ops = set()
-    marker_kernels = []
-    for m in markers:
-        drop_ops.add(id(m))
-        drop_ops.update(id(o) for o in trace.descendants(m))
-        marker_kernels.extend(trace.kernels_of_op(m))
-    streams = _unique(k.stream for k in marker_kernels if k.stream is not None)
+    entry, join = found[HARNESS_MARKER], found[HARNESS_JOIN]
+    streams = _unique(k.stream for k in entry if k.stream is not None)
     meta = dict(trace.meta)
     if len(streams) == 1:
         meta["harness_stream"] = streams[0]
-    drop_k = {id(k) for k in marker_kernels}
+        if join and all(k.stream == streams[0] for k in join):
+            meta["entry_end_us"] = max(k.ts_us + k.dur_us for k in entry)
+            meta["join_start_us"] = min(k.ts_us for k in join)
+    drop_k = {id(k) for k in entry + join}
     ops = _with_depth(op for op in trace.ops if id(op) not in drop_ops)
     kernels = tuple(k for k in trace.kernels if id(k) not in drop_k)
     return Trace(ops, kernels, trace.device_properties, meta)
@@ -422,8 +456,9 @@ def record_chrome_trace(fn: Callable[[], T], *, cuda: bool) -> Tuple[T, Dict[str
     op calls and their operands (:func:`.operands.op_calls`) under ``expkit_calls``.
 
     With ``cuda`` the CUDA activity is recorded too, the harness-stream marker is
-    launched first, and the device is synchronized before the profiler stops so
-    that every kernel ``fn`` queued is in the trace."""
+    launched first and the join marker right after ``fn`` returns (module docstring),
+    and the device is synchronized before the profiler stops so that every kernel
+    ``fn`` queued is in the trace."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -436,8 +471,11 @@ def record_chrome_trace(fn: Callable[[], T], *, cuda: bool) -> Tuple[T, Dict[str
         if cuda:
             with record_function(HARNESS_MARKER):
                 marker_buf.fill_(0.0)
+                torch.cuda._sleep(ENTRY_SPIN_CYCLES)
         result = fn()
         if cuda:
+            with record_function(HARNESS_JOIN):
+                marker_buf.fill_(0.0)
             torch.cuda.synchronize()
     raw = exported(prof, cuda=cuda)
     calls = op_calls(prof, skip=HARNESS_MARKER)

@@ -254,6 +254,7 @@ GPU = Path(__file__).parent / "gpu"
 #: name -> (verdict, checks as in BAD)
 GPU_BAD: Dict[str, Tuple[str, FrozenSet[str]]] = {
     "side_stream": ("invalid", frozenset({"stream"})),
+    "side_stream_late": ("invalid", frozenset({"stream"})),
     "stale_empty": ("invalid", frozenset({"uninitialised|oracle:allclose"})),
     "timer_patch": ("invalid", frozenset({"tamper"})),
     # issue #13, where the mechanism differs on a GPU (adv_gpu_general.py, adv_gpu_cudnn_flags.py)
@@ -263,7 +264,7 @@ GPU_BAD: Dict[str, Tuple[str, FrozenSet[str]]] = {
     # address of an earlier one (the graph then replays on that trial's stale copies)
     "graph_stale": ("invalid", frozenset({"recheck|oracle:rounding"})),
 }
-GPU_HONEST = ("honest_graph",)
+GPU_HONEST = ("honest_graph", "honest_joined_stream")
 
 
 def run_gpu(path: Path, out: Path, *extra: str):
@@ -305,7 +306,12 @@ def test_gpu_honest_issue13_candidate_raises_no_alarm(name, tmp_path):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_work_handed_to_a_detached_process_is_caught(tmp_path):
     out = run_gpu(GPU / "gpu_daemon.yaml", tmp_path)
-    assert out.verdict == "invalid" and "gpu-processes" in reason_checks(out.result), out.result["reasons"]
+    # Either mechanism names the hand-off: NVML's list of processes on the GPU (empty inside
+    # some containers, as on the device this runs on), or the side's own accounting of the
+    # child processes still running when the call returned.
+    assert out.verdict == "invalid", out.result["reasons"]
+    assert {"gpu-processes", "threads"} & set(reason_checks(out.result)), out.result["reasons"]
+    assert any("process" in r for r in out.result["reasons"]), out.result["reasons"]
 
 
 def test_every_gpu_manifest_here_is_in_the_suite():

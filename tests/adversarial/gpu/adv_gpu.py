@@ -36,6 +36,28 @@ def side_stream(a: Tensor, b: Tensor) -> Tensor:
         return a @ b
 
 
+def side_stream_late(a: Tensor, b: Tensor) -> Tensor:
+    """The right product on a side stream that waits for the caller's stream, which never
+    waits for it in turn: the call returns while its work still runs."""
+    s = _SIDE.setdefault("late", torch.cuda.Stream())
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        return a @ b
+
+
+def joined_stream(a: Tensor, b: Tensor) -> Tensor:
+    """Honest: the product on a stream of its own, ordered with the caller's at both ends,
+    as cuDNN orders its streams for grouped convolutions."""
+    caller = torch.cuda.current_stream()
+    s = _SIDE.setdefault("joined", torch.cuda.Stream())
+    s.wait_stream(caller)
+    with torch.cuda.stream(s):
+        out = a @ b
+    caller.wait_stream(s)
+    out.record_stream(caller)
+    return out
+
+
 def stale_empty(a: Tensor, b: Tensor) -> Tensor:
     """The Sakana exploit: an uninitialised output the caching allocator may fill with
     the baseline's freshly freed result."""
