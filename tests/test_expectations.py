@@ -286,10 +286,14 @@ def _side_stream_with_markers(spin_end: float, join_start: float) -> Trace:
     raw = copy.deepcopy(json.loads((TRACES / "side_stream_mm.json").read_text()))
     base = 4393516000000.0
     raw["traceEvents"] += [
+        # torch.cuda._sleep's spin is no dispatcher op: its kernel carries no External id and
+        # belongs to the entry marker by its launch record (thread 395, inside the marker's span)
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": base + 786000.0, "dur": 5.0,
+         "pid": 395, "tid": 395, "args": {"correlation": 9000}},
         {"ph": "X", "cat": "kernel", "name": "spin_kernel(long)", "ts": base + spin_end - 1000.0, "dur": 1000.0,
-         "pid": 0, "tid": 7, "args": {"External id": 2049, "stream": 7, "correlation": 9000}},
+         "pid": 0, "tid": 7, "args": {"stream": 7, "correlation": 9000}},
         {"ph": "X", "cat": "user_annotation", "name": HARNESS_JOIN, "ts": base + 786360.0, "dur": 30.0,
-         "pid": 1, "tid": 1, "args": {"External id": 9001}},
+         "pid": 395, "tid": 395, "args": {"External id": 9001}},
         {"ph": "X", "cat": "kernel", "name": "fill_kernel", "ts": base + join_start, "dur": 1.0,
          "pid": 0, "tid": 7, "args": {"External id": 9001, "stream": 7, "correlation": 9002}},
     ]

@@ -49,8 +49,7 @@ class Server:
             "call": lambda m: self.side.call() or {},
             "block": lambda m: self.side.block(int(m["number"]), m.get("recheck")),
             "recheck": self._recheck,
-            "finish_case": lambda m: {"findings": [asdict(f) for f in self.side.finish_case()],
-                                       "resources": self.side.resources},
+            "finish_case": self._finish_case,
             "model_oracles": self._model_oracles,
             "end_to_end": self._end_to_end,
         }
@@ -107,7 +106,30 @@ class Server:
     def _finish_preflight(self, m: Mapping[str, Any]) -> Dict[str, Any]:
         if self.judge is not None:
             self.judge.finish()
-        return self.side.finish_preflight()
+        out = self.side.finish_preflight()
+        self._return_cached_memory()
+        return out
+
+    def _finish_case(self, m: Mapping[str, Any]) -> Dict[str, Any]:
+        out = {"findings": [asdict(f) for f in self.side.finish_case()], "resources": self.side.resources}
+        self._return_cached_memory()
+        return out
+
+    def _return_cached_memory(self) -> None:
+        """Give the device the memory torch's caching allocator holds and no tensor uses.
+
+        The first pair of workers lives through the whole run, and each later replicate
+        starts a pair beside it: what the preflight's trials and float64 references left
+        in the first pair's cache (37 GiB a worker on KernelBench's 6 GiB softmax) made
+        the next pair's inputs run out of memory on an 80 GB H100."""
+        if self.side.device != "cuda":
+            return
+        import gc
+
+        import torch
+
+        gc.collect()
+        torch.cuda.empty_cache()
 
     def _recheck(self, m: Mapping[str, Any]) -> Dict[str, Any]:
         case = self.side.case

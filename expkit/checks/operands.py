@@ -109,13 +109,13 @@ def _tensors(value: Any) -> Iterator[Any]:
             yield from _tensors(v)
 
 
-def _flatten(events: Sequence[Any], skip: str) -> List[Tuple[int, Any, Tuple[Any, ...]]]:
-    """(start ns, event, ancestors) for every event of the tree, less the ``skip`` label's subtree."""
+def _flatten(events: Sequence[Any], skip: Tuple[str, ...]) -> List[Tuple[int, Any, Tuple[Any, ...]]]:
+    """(start ns, event, ancestors) for every event of the tree, less the ``skip`` labels' subtrees."""
     out: List[Tuple[int, Any, Tuple[Any, ...]]] = []
     stack: List[Tuple[Any, Tuple[Any, ...]]] = [(e, ()) for e in events]
     while stack:
         e, anc = stack.pop()
-        if getattr(e, "name", "") == skip:
+        if getattr(e, "name", "") in skip:
             continue
         out.append((int(getattr(e, "start_time_ns", 0)), e, anc))
         stack.extend((c, anc + (e,)) for c in getattr(e, "children", ()))
@@ -123,12 +123,12 @@ def _flatten(events: Sequence[Any], skip: str) -> List[Tuple[int, Any, Tuple[Any
     return out
 
 
-def op_calls(prof: Any, *, skip: str = "") -> Optional[List[List[Any]]]:
+def op_calls(prof: Any, *, skip: Tuple[str, ...] = ()) -> Optional[List[List[Any]]]:
     """The distinct op calls of a finished ``torch.profiler`` run, as plain lists
     (:meth:`OpCall.to_plain`), or None where this torch does not expose the record.
 
     The profile must have been taken with ``record_shapes=True`` and
-    ``profile_memory=True``; ``skip`` names a label whose subtree is the harness's own."""
+    ``profile_memory=True``; ``skip`` names the labels whose subtrees are the harness's own."""
     try:
         tree = prof.profiler.kineto_results.experimental_event_tree()
     except Exception:

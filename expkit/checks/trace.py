@@ -362,6 +362,7 @@ def parse_chrome_trace(data: Union[Mapping[str, Any], str, os.PathLike], *,
     ops: list = []
     kernels_raw: list = []
     launch_ext: Dict[int, int] = {}
+    launch_at: Dict[int, Tuple[Any, float]] = {}
     saw_gpu = False
     for ev in events:
         if not isinstance(ev, Mapping) or ev.get("ph") != "X":
@@ -382,7 +383,13 @@ def parse_chrome_trace(data: Union[Mapping[str, Any], str, os.PathLike], *,
             corr, ext = _int(_arg(args, "correlation")), _int(_arg(args, "External id"))
             if corr is not None and ext is not None:
                 launch_ext[corr] = ext
+            if corr is not None:
+                launch_at[corr] = (ev.get("tid", 0), float(ev.get("ts", 0.0)))
 
+    # A kernel launched inside a marker's span with no op of its own (torch.cuda._sleep's
+    # spin is not a dispatcher op) belongs to the marker: by its launch record's thread and time.
+    markers = [o for o in ops if o.name in (HARNESS_MARKER, HARNESS_JOIN) and o.external_id is not None]
+    known = {o.external_id for o in ops}
     kernels = []
     for ev in kernels_raw:
         args = ev.get("args") or {}
@@ -390,6 +397,9 @@ def parse_chrome_trace(data: Union[Mapping[str, Any], str, os.PathLike], *,
         ext = _int(_arg(args, "External id"))
         if ext is None and corr is not None:
             ext = launch_ext.get(corr)
+        if (ext is None or ext not in known) and corr in launch_at:
+            tid, at = launch_at[corr]
+            ext = next((m.external_id for m in markers if m.tid == tid and m.ts_us <= at <= m.end_us), None)
         kernels.append(KernelEvent(
             name=str(ev.get("name", "")),
             grid=_dims(_arg(args, "grid")),
@@ -478,7 +488,7 @@ def record_chrome_trace(fn: Callable[[], T], *, cuda: bool) -> Tuple[T, Dict[str
                 marker_buf.fill_(0.0)
             torch.cuda.synchronize()
     raw = exported(prof, cuda=cuda)
-    calls = op_calls(prof, skip=HARNESS_MARKER)
+    calls = op_calls(prof, skip=(HARNESS_MARKER, HARNESS_JOIN))
     if calls is not None:
         raw["expkit_calls"] = calls
     return result, raw

@@ -1,0 +1,32 @@
+"""A worker gives back the device memory its caching allocator holds once the preflight
+and each case are done: later replicates start a pair of workers beside the first, and
+on KernelBench's 6 GiB softmax the first pair's cache (37 GiB a worker) left the next
+pair's inputs out of memory on an 80 GB H100."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+from expkit.bench.serve import Server  # noqa: E402
+
+
+@pytest.mark.parametrize("request_name", ["finish_preflight", "finish_case"])
+def test_the_caching_allocators_free_blocks_go_back_after_preflight_and_each_case(request_name):
+    side = SimpleNamespace(device="cuda", role="candidate", finish_preflight=lambda: {}, finish_case=lambda: [],
+                           resources=None)
+    server = Server(side)  # type: ignore[arg-type]
+    x = torch.empty(1 << 28, device="cuda")  # 1 GiB, freed below but kept in torch's cache
+    del x
+    held = torch.cuda.memory_reserved()
+    assert held >= 1 << 30
+    server.handle({"op": request_name})
+    assert torch.cuda.memory_reserved() <= held - (1 << 30)
