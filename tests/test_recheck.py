@@ -138,3 +138,43 @@ def test_later_trials_of_the_baselines_own_bits_make_no_reference():
     made.clear()
     other = (chain(*judge.pristine) * 1.001,)
     assert any(not f["ok"] for f in judge._judge("c", 1, True, True, other, "", [])["findings"]) and made
+
+
+def test_the_two_sides_are_profiled_one_after_the_other():
+    """Each side's profile builds input sets of its own; run at once, the two sides' peaks
+    add up (KernelBench's HuberLoss, 8 GiB of inputs, ran out of memory on an H100). The
+    candidate's reply comes back before the baseline is asked."""
+    from expkit.bench.pair import Pair
+    from expkit.bench.traces import trace_to_dict
+    from expkit.checks.preflight import CaseRun
+    from expkit.checks.trace import Trace
+    from expkit.manifest import load
+
+    log = []
+    empty = {"trace": trace_to_dict(Trace((), (), (), {"activities": ("cpu",)})), "swallowed": []}
+
+    class Side:
+        def __init__(self, name):
+            self.name, self.pending = name, None
+
+        def send(self, op, **payload):
+            assert self.pending is None
+            log.append(("ask", self.name, op))
+            self.pending = op
+
+        def receive(self):
+            log.append(("got", self.name, self.pending))
+            self.pending = None
+            return empty
+
+        def request(self, op, **payload):
+            self.send(op, **payload)
+            return self.receive()
+
+    pair = Pair.__new__(Pair)
+    pair.lm = load(Path(__file__).parents[1] / "manifests" / "examples" / "cpu" / "honest-win.yaml")
+    pair.isolated, pair.c, pair.b = True, Side("candidate"), Side("baseline")
+    pair._identity(CaseRun("c", {}, True), 1)
+    profiles = [e for e in log if e[2] == "profile"]
+    assert profiles == [("ask", "candidate", "profile"), ("got", "candidate", "profile"),
+                        ("ask", "baseline", "profile"), ("got", "baseline", "profile")]

@@ -280,9 +280,11 @@ class Pair:
     def _identity(self, run: CaseRun, run_seed: int) -> Tuple[List[Finding], Optional[IdentitySummary]]:
         seed = preflight.derive_seed(run_seed, run.name, "identity")
         params = dict(run.params)
-        self.c.send("profile", case=run.name, params=params, seed=seed)
-        self.b.send("profile", case=run.name, params=params, seed=seed)
-        cp, bp = self.c.receive(), self.b.receive()
+        # One side at a time, each giving its cached device memory back after: two
+        # concurrent profiles, each with its own input sets, ran KernelBench's HuberLoss
+        # (8 GiB of inputs) out of memory on an 80 GB H100. Nothing here is timed.
+        cp = self.c.request("profile", case=run.name, params=params, seed=seed)
+        bp = self.b.request("profile", case=run.name, params=params, seed=seed)
         if "raised" in cp:
             return [Finding("crash", False, f"candidate raised {cp['raised']} while profiled", run.name)], None
         if "raised" in bp:

@@ -40,7 +40,7 @@ class Server:
             "poison_check": lambda m: {"uninitialised": self._judge().poison_check(m["outputs"],
                                                                                    m["first_outputs"])},
             "release": self._release,
-            "profile": lambda m: self.side.profile(m["case"], m["params"], int(m["seed"])),
+            "profile": self._profile,
             "finish_preflight": self._finish_preflight,
             "watch": lambda m: self.side.watch(list(m["names"])),
             "prepare": lambda m: self.side.prepare(m["case"], int(m["run_seed"]), int(m["salt_seed"]),
@@ -110,6 +110,11 @@ class Server:
         self._return_cached_memory()
         return out
 
+    def _profile(self, m: Mapping[str, Any]) -> Dict[str, Any]:
+        out = self.side.profile(m["case"], m["params"], int(m["seed"]))
+        self._return_cached_memory()
+        return out
+
     def _finish_case(self, m: Mapping[str, Any]) -> Dict[str, Any]:
         out = {"findings": [asdict(f) for f in self.side.finish_case()], "resources": self.side.resources}
         self._return_cached_memory()
@@ -121,7 +126,8 @@ class Server:
         The first pair of workers lives through the whole run, and each later replicate
         starts a pair beside it: what the preflight's trials and float64 references left
         in the first pair's cache (37 GiB a worker on KernelBench's 6 GiB softmax) made
-        the next pair's inputs run out of memory on an 80 GB H100."""
+        the next pair's inputs run out of memory on an 80 GB H100. After each side's
+        profile too: the other side's profile comes next (:meth:`.pair.Pair._identity`)."""
         if self.side.device != "cuda":
             return
         import gc

@@ -239,13 +239,14 @@ class SideBench:
         plain-data trace."""
         from ..checks import trace
 
-        warm = self.inputs(params, preflight.derive_seed(seed, "warm"))
-        args = self.inputs(params, seed)
         fn = self.witness if self.role == CANDIDATE else self.fn
         try:
+            warm = self.inputs(params, preflight.derive_seed(seed, "warm"))
             preflight.call_synced(self.fn, warm)
-            del warm
+            del warm  # before the profiled call's inputs: one input set at a time
+            args = self.inputs(params, seed)
             _, tr = trace.capture(lambda: fn(*args), cuda=self.device == "cuda")
+            del args
         except Exception as e:
             return {"raised": f"{type(e).__name__}: {e}"}
         swallowed = list(getattr(self.witness, "swallowed", ())) if self.role == CANDIDATE else []

@@ -19,14 +19,14 @@ pytestmark = [
 from expkit.bench.serve import Server  # noqa: E402
 
 
-@pytest.mark.parametrize("request_name", ["finish_preflight", "finish_case"])
-def test_the_caching_allocators_free_blocks_go_back_after_preflight_and_each_case(request_name):
+@pytest.mark.parametrize("request_name", ["finish_preflight", "finish_case", "profile"])
+def test_the_caching_allocators_free_blocks_go_back_after_preflight_profile_and_each_case(request_name):
     side = SimpleNamespace(device="cuda", role="candidate", finish_preflight=lambda: {}, finish_case=lambda: [],
-                           resources=None)
+                           resources=None, profile=lambda case, params, seed: {})
     server = Server(side)  # type: ignore[arg-type]
     x = torch.empty(1 << 28, device="cuda")  # 1 GiB, freed below but kept in torch's cache
     del x
     held = torch.cuda.memory_reserved()
     assert held >= 1 << 30
-    server.handle({"op": request_name})
+    server.handle({"op": request_name, "case": "c", "params": {}, "seed": 0})
     assert torch.cuda.memory_reserved() <= held - (1 << 30)
