@@ -206,9 +206,10 @@ def wait_gpu_idle(limit: float = 15.0, slack: int = 512 << 20) -> None:
 def expkit_revision() -> str:
     """The git commit of the expkit that runs (``+dirty`` if expkit/ has uncommitted changes)."""
     root = EXPKIT_PATH if EXPKIT_PATH is not None else REPO
-    rev_file = Path(root) / "REV"
-    if rev_file.is_file():
-        return rev_file.read_text().strip()[:12] + f" ({root})"
+    for name in ("REV", "COMMIT"):  # COMMIT: scripts/device_session.sh's snapshot of HEAD (no .git there)
+        rev_file = Path(root) / name
+        if rev_file.is_file():
+            return rev_file.read_text().strip()[:12] + f" ({root})"
     try:
         rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
                              text=True, timeout=20).stdout.strip()
@@ -549,11 +550,12 @@ def render_markdown(records: Sequence[Dict[str, Any]], mode: str) -> str:
                   "the whole `expkit run` command; `peak GiB` is the GPU's memory in use at its highest less",
                   "before the run (NVML; on CPU, the highest proportional set size of expkit's process tree); `tb`: stderr held a",
                   "Python traceback.", "",
-                  "| problem | KernelBench commit | kind | verdict | speedup | interval | wall s | peak GiB | rc | tb | error |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| problem | KernelBench commit | expkit | kind | verdict | speedup | interval | wall s | peak GiB | rc | tb | error |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             peak = r.get("peak_gpu_gib") if r.get("peak_gpu_gib") is not None else r.get("peak_host_gib")
-            lines.append(f"| {r['problem']} | {r.get('kernelbench_commit', '')[:7]} | {r.get('kind', '')} | "
+            lines.append(f"| {r['problem']} | {r.get('kernelbench_commit', '')[:7]} | {str(r.get('expkit_rev', ''))[:7]} | "
+                         f"{r.get('kind', '')} | "
                          f"{r.get('verdict', '')} | {_fmt(r.get('speedup'))} | {_interval(r)} | "
                          f"{_fmt(r.get('wall_s'), 1)} | {_fmt(peak, 2)} | {_cell(r.get('exit_code'))} | "
                          f"{'Y' if r.get('traceback') else ''} | {_cell(r.get('error'))[:200]} |")
