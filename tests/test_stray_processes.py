@@ -99,3 +99,25 @@ def test_a_candidates_daemons_do_not_outlive_its_run(tmp_path: Path, start: str)
             except OSError:
                 pass
 
+
+
+def test_a_replicates_pair_counts_the_first_pairs_workers_as_the_runs_own(monkeypatch):
+    """The first pair stays open while each later replicate runs its own pair: on an H100 the
+    replicates reported the first pair's two workers as "other processes sharing the GPU"."""
+    from types import SimpleNamespace
+
+    from expkit.bench.pair import Pair
+    from expkit.checks import activity
+
+    seen = {}
+
+    def fake(index, run_pids, since_pid, *, case=None, **_):
+        seen["run"], seen["since"] = list(run_pids), since_pid
+        return []
+
+    monkeypatch.setattr(activity, "gpu_neighbours", fake)
+    pair = Pair.__new__(Pair)
+    pair.b, pair.c = SimpleNamespace(pid=lambda: 201), SimpleNamespace(pid=lambda: 202)
+    pair.gpu, pair.siblings = {"index": 0}, [101, 102]
+    assert pair.neighbours("c") == []
+    assert {101, 102, 201, 202} <= set(seen["run"]) and seen["since"] == 201

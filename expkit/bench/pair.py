@@ -83,6 +83,9 @@ class Pair:
         self.gpu: Optional[Dict[str, Any]] = None
         self.catalog: List[Finding] = []
         self.memory: Optional[MemoryPlan] = None
+        #: The workers of the run's other pairs (a replicate's pair runs beside the first
+        #: pair's, which stays open): the run's own, never a neighbour on the GPU.
+        self.siblings: List[int] = []
         try:
             self.b.send("hello", environment=True)
             self.c.send("hello", environment=False)
@@ -161,7 +164,7 @@ class Pair:
         visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
         if visible and index < len(visible) and visible[index].strip().isdigit():
             index = int(visible[index])
-        return list(gpu_neighbours(index, [os.getpid(), *pids], min(pids), case=case))
+        return list(gpu_neighbours(index, [os.getpid(), *pids, *self.siblings], min(pids), case=case))
 
     def adopt_memory(self, memory: Optional[MemoryPlan]) -> None:
         """A later replicate's pair takes the first pair's plan (measured once per run)."""

@@ -42,6 +42,7 @@ class Replicates:
         if r == 0:
             return _Replicate(self, self.first, r)
         pair = open_pair(self.lm, self.settings, self.device)
+        pair.siblings = [p for p in (self.first.b.pid(), self.first.c.pid()) if p]
         pair.adopt_memory(self.memory)
         self.findings += pair.findings()
         return _Replicate(self, pair, r)
