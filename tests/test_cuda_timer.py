@@ -469,3 +469,20 @@ def test_ticks_come_from_the_holds_when_measuring_again_cannot_see_them():
     assert per_call == pytest.approx(7 * US, rel=0.005)
     t.sample(gpu.op(warm_s=7 * US), 4)  # a short hold: the ticks found before are tried first
     assert t.last_timing.source == "kernel" and t.last_timing.flags == ()
+
+
+def test_a_call_with_more_launches_than_the_queue_holds_does_not_grow_the_hold():
+    """One call queues 60 kernels where the launch queue holds 40, so no hold can cover its
+    queuing: the host stalls inside a launch until the spin ends. Sizing each next hold from
+    the stalled queuing time doubled it block after block; KernelBench's level-3 RNN (some
+    1000 launches a call) gave no verdict in 100 s on an H100."""
+    gpu = FakeGpu(queue_depth=40)
+    t = make(gpu, cold=False)
+
+    def fn() -> None:
+        for _ in range(60):
+            gpu.enqueue("main", 2 * US, gpu.launch_s)
+
+    per_call = [t.sample(fn, 4) for _ in range(8)]
+    assert max(gpu.holds) < 10e-3, [f"{h * 1e3:.2f} ms" for h in gpu.holds]
+    assert all(p == pytest.approx(per_call[0], rel=0.5) for p in per_call)

@@ -24,7 +24,10 @@ How a block is timed
    launch gaps may be in the numbers, so the block is thrown away and re-run with a
    hold sized from what was just observed. A block too long for the launch queue
    (the host stalls inside a launch until the spin ends) fails twice and is then
-   split into halves. ``last_block.hold_ok`` records the outcome.
+   split into halves; a single call that still fails twice queues more than the launch
+   queue holds, and later blocks take the floor hold only (a hold cannot cover such a
+   call, and sizing holds from stalled queuing times made them grow without bound).
+   ``last_block.hold_ok`` records the outcome.
 2. **Cold** (``cold=True``, the default for claims): before each call the L2 cache is
    flushed by touching a buffer of ``flush_factor`` x L2 bytes
    (``torch.cuda.get_device_properties(i).L2_cache_size``), then one event pair is
@@ -221,6 +224,7 @@ class CudaTimer:
         self.foreign_rel = foreign_rel
         self.max_attempts = max_attempts
         self._retries = 0
+        self._outruns_queue = False  # one call alone stalled the launch queue behind a hold
         # An over-estimate of the SM clock makes the first hold longer, never shorter,
         # than asked: H100/H200 boost to 1980 MHz (device/KINDS.md). Replaced by the
         # clock measured around each hold.
@@ -369,18 +373,32 @@ class CudaTimer:
         synchronises with the host can never be held, and ends there.
         """
         hold_s = self.hold_margin * self._queue_per_call_s * n + self.hold_floor_s
+        if self._outruns_queue:  # one call fills the launch queue: no hold covers it (below)
+            obs = self._run_held(fn, n, self.hold_floor_s)
+            log.append(obs)
+            return [obs]
         obs: dict[str, Any] = {}
         for attempt in range(2):
             obs = self._run_held(fn, n, hold_s)
             log.append(obs)
-            self._queue_per_call_s = obs["queue_s"] / n
-            if obs["ok"] or self._retries >= self.max_attempts:
+            if obs["ok"]:
+                # Only a held block's queuing sizes later holds: a failed one may include a
+                # stall inside a launch that lasted as long as the hold itself, and sizing
+                # from it doubled the hold block after block.
+                self._queue_per_call_s = obs["queue_s"] / n
+                return [obs]
+            if self._retries >= self.max_attempts:
                 return [obs]
             self._retries += 1
             if attempt == 0:
                 # Size the next hold from what this attempt actually took, with room to spare.
                 hold_s = 2 * self.hold_margin * obs["queue_s"] + self.hold_floor_s
         if n == 1:
+            # One call queues more than the launch queue holds (KernelBench's level-3 RNN
+            # launches about a thousand kernels a call): the host stalls inside a launch
+            # until any hold ends. Its calls run at the host's pace whatever the timer
+            # does; later blocks take the floor hold and are reported not held.
+            self._outruns_queue = True
             return [obs]
         # Twice too short even when sized from observation: the host most likely
         # stalled inside a launch (launch queue full behind the hold). Smaller blocks,
