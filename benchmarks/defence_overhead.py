@@ -79,7 +79,7 @@ def micro() -> List[Dict[str, Any]]:
     import torch
 
     from expkit.bench import tamper
-    from expkit.checks import activity, global_state, oracles, rounding, trace
+    from expkit.checks import activity, global_state, oracles, recording, rounding, trace
     from expkit.manifest.spec import Oracle
 
     snap = tamper.FunctionSnapshot.take()
@@ -108,7 +108,7 @@ def micro() -> List[Dict[str, Any]]:
          _per_call(lambda: oracles.check_outputs(Oracle(kind="allclose", rtol=1e-3, atol=1e-3), exp, act,
                                                  case="c"), 5)),
         ("identity: one profiled call, with shapes and allocations (now)", "", _per_call(
-            lambda: trace.capture(lambda: torch.matmul(a, b), cuda=False), 3)),
+            lambda: recording.capture(lambda: torch.matmul(a, b), cuda=False), 3)),
     ]
 
     def plain() -> None:
@@ -116,7 +116,7 @@ def micro() -> List[Dict[str, Any]]:
 
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             torch.matmul(a, b)
-        trace.parse_chrome_trace(trace.exported(prof, cuda=False))
+        trace.parse_chrome_trace(recording.exported(prof, cuda=False))
 
     rows.append(("identity: the same without them (before)", "", _per_call(plain, 3)))
     return [{"check": n, "note": note, "seconds": sec} for n, note, sec in rows]

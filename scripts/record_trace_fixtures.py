@@ -25,7 +25,7 @@ Writes into OUT_DIR:
 * ``record_log.txt`` -- what ran and what was kept (the 2026-11-21 one is kept
   beside the fixtures).
 
-Each trace is recorded with :func:`expkit.trace.record_chrome_trace` (so the harness
+Each trace is recorded with :func:`expkit.checks.recording.record_chrome_trace` (so the harness
 stream marker is in it, as in real use), after a warm-up call, then trimmed: kept are
 the trace's top-level version fields and ``deviceProperties`` of the device used, and
 the ``"ph": "X"`` events of categories ``cpu_op``, ``user_annotation``, ``kernel``,
@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from expkit.checks.trace import record_chrome_trace  # noqa: E402
+from expkit.checks.recording import record_chrome_trace  # noqa: E402
 
 KEEP_CATEGORIES = ("cpu_op", "user_annotation", "kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")

@@ -17,7 +17,8 @@ from expkit.core.errors import ExpkitError
 from expkit.checks.expectations import (Finding, baseline_fingerprint, check_expectations, matches_kernel,
                                  matches_op)
 from expkit.manifest import Expect, LaunchExpect
-from expkit.checks.trace import KernelEvent, OpEvent, Trace, capture, parse_chrome_trace
+from expkit.checks.recording import capture
+from expkit.checks.trace import KernelEvent, OpEvent, Trace, parse_chrome_trace
 
 TRACES = Path(__file__).parent / "data" / "traces"
 

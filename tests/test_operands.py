@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from expkit.bench.traces import trace_from_dict, trace_to_dict
 from expkit.checks.expectations import baseline_calls, baseline_fingerprint, check_expectations
 from expkit.checks.operands import HELD, MADE, NONE, Operand, OpCall, calls_of, is_dispatcher_op
-from expkit.checks.trace import OpEvent, Trace, capture
+from expkit.checks.recording import capture
+from expkit.checks.trace import OpEvent, Trace
 from expkit.manifest import Expect
 
 Tensor = torch.Tensor

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from expkit.checks.trace import (HARNESS_MARKER, KernelEvent, OpEvent, Trace, capture, kernel_qualified_name,
+from expkit.checks.recording import capture
+from expkit.checks.trace import (HARNESS_MARKER, KernelEvent, OpEvent, Trace, kernel_qualified_name,
                           kernel_short_name, parse_chrome_trace)
 
 TRACES = Path(__file__).parent / "data" / "traces"

@@ -62,7 +62,7 @@ EVIDENCE = {"candidate": ("worker-stdout.txt", "worker-stderr.txt"),
 PRELOAD = ["torch", "torch._dynamo", "torch.profiler", "torch._inductor.standalone_compile", "expkit.bench.side",
            "expkit.bench.serve", "expkit.checks.preflight", "expkit.timing.measure", "expkit.checks.oracles",
            "expkit.bench.endpoint", "expkit.manifest", "expkit.checks.identity", "expkit.checks.trace",
-           "expkit.checks.expectations"]
+           "expkit.checks.recording", "expkit.checks.expectations"]
 _forkserver_ready = False
 
 

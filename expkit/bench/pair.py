@@ -15,7 +15,7 @@ baseline's process, which judges: :mod:`.judge`). The phases:
    before the baseline does), and the baseline's worker judges: input digests (the
    two sides got the same inputs; the candidate did not write to them), the oracles,
    the null-output calibration, the ``uninitialised`` diagnosis. Then one profiled call
-   per side, compared here against ``expect:`` and the target's limits.
+   per side, one side after the other, checked against ``expect:`` and the target.
 4. **measurement** (:meth:`Pair.sides`): the measurement loop's two sides and a timer
    that sends each block to its side's worker, in the loop's order, and a kept call's
    output to the baseline's worker for the recheck.
@@ -83,8 +83,7 @@ class Pair:
         self.gpu: Optional[Dict[str, Any]] = None
         self.catalog: List[Finding] = []
         self.memory: Optional[MemoryPlan] = None
-        #: The workers of the run's other pairs (a replicate's pair runs beside the first
-        #: pair's, which stays open): the run's own, never a neighbour on the GPU.
+        #: The run's other pairs' workers (the first stays open beside each replicate's).
         self.siblings: List[int] = []
         try:
             self.b.send("hello", environment=True)
@@ -150,11 +149,9 @@ class Pair:
         return self.memory
 
     def neighbours(self, case: Optional[str]) -> List[Finding]:
-        """Other processes with a context on the run's GPU (checks.activity.gpu_neighbours):
-        one the run started (a daemon doing the candidate's work) is invalid; another job
-        sharing the GPU a warning."""
+        """Other processes on the run's GPU (checks.activity.gpu_neighbours): one the run
+        started (the candidate's daemon) is invalid; another job a warning."""
         import os
-
         from ..checks.activity import gpu_neighbours
 
         pids = [p for p in (self.b.pid(), self.c.pid()) if p]
@@ -283,9 +280,8 @@ class Pair:
     def _identity(self, run: CaseRun, run_seed: int) -> Tuple[List[Finding], Optional[IdentitySummary]]:
         seed = preflight.derive_seed(run_seed, run.name, "identity")
         params = dict(run.params)
-        # One side at a time, each giving its cached device memory back after: two
-        # concurrent profiles, each with its own input sets, ran KernelBench's HuberLoss
-        # (8 GiB of inputs) out of memory on an 80 GB H100. Nothing here is timed.
+        # One side at a time, each giving its device cache back after (two at once ran
+        # KernelBench's HuberLoss, 8 GiB of inputs, out of memory on an H100).
         cp = self.c.request("profile", case=run.name, params=params, seed=seed)
         bp = self.b.request("profile", case=run.name, params=params, seed=seed)
         if "raised" in cp:

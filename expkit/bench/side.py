@@ -58,8 +58,8 @@ LAST_CALL = -1
 #: Every expkit module a side may use (relative to ``expkit``), imported before the
 #: snapshot so that it covers them.
 HARNESS_MODULES = ("checks.preflight", "timing.measure", "checks.oracles", "timing.timer", "timing.cuda_timer",
-                   "checks.expectations", "checks.trace", "checks.identity", "checks.digest", "bench.channel",
-                   "bench.worker", "bench.transport", "bench.judge", "bench.environment", "manifest.refs",
+                   "checks.expectations", "checks.trace", "checks.recording", "checks.identity", "checks.digest",
+                   "bench.channel", "bench.worker", "bench.transport", "bench.judge", "bench.environment", "manifest.refs",
                    "workload.collect", "checks.model_oracles", "timing.kernel_time", "timing.cupti_recorder",
                    "timing.per_call", "timing.factory")
 
@@ -237,7 +237,7 @@ class SideBench:
         same shapes (steady state: a compiled side has compiled, lazy initialisation is
         done, and nothing the profiled call computes was computed before), as a
         plain-data trace."""
-        from ..checks import trace
+        from ..checks import recording
 
         fn = self.witness if self.role == CANDIDATE else self.fn
         try:
@@ -245,7 +245,7 @@ class SideBench:
             preflight.call_synced(self.fn, warm)
             del warm  # before the profiled call's inputs: one input set at a time
             args = self.inputs(params, seed)
-            _, tr = trace.capture(lambda: fn(*args), cuda=self.device == "cuda")
+            _, tr = recording.capture(lambda: fn(*args), cuda=self.device == "cuda")
             del args
         except Exception as e:
             return {"raised": f"{type(e).__name__}: {e}"}

@@ -444,7 +444,7 @@ def _check_stream(cand: Trace, harness_stream: Optional[int]) -> Finding:
     stream = harness_stream if harness_stream is not None else cand.harness_stream
     if stream is None:
         return Finding("stream", False, "the harness stream is unknown, so the candidate's streams cannot "
-                       "be checked (record with expkit.checks.trace.capture, which marks it, or pass harness_stream)")
+                       "be checked (record with expkit.checks.recording.capture, which marks it, or pass harness_stream)")
     off = [k for k in cand.kernels if k.stream != stream]
     loose = cand.unordered_kernels(stream)
     if loose:

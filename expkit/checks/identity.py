@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Sequence
 
 from ..core.findings import Finding
 from ..manifest.spec import LoadedManifest
-from . import expectations, trace
+from . import expectations, recording
 from .preflight import CaseRun, IdentitySummary, clone_inputs
 
 
@@ -26,10 +26,10 @@ def identity_check(lm: LoadedManifest, baseline: Callable, candidate: Callable, 
     def check(run: CaseRun, inputs: Sequence[Any]):
         cand_args, base_args = clone_inputs(inputs), clone_inputs(inputs)
         try:
-            _, cand_trace = trace.capture(lambda: candidate(*cand_args), cuda=cuda)
+            _, cand_trace = recording.capture(lambda: candidate(*cand_args), cuda=cuda)
         except Exception as e:
             return [Finding("crash", False, f"candidate raised {type(e).__name__}: {e} while profiled", run.name)], None
-        _, base_trace = trace.capture(lambda: baseline(*base_args), cuda=cuda)
+        _, base_trace = recording.capture(lambda: baseline(*base_args), cuda=cuda)
         found = expectations.check_expectations(lm.manifest.expect, cand_trace, base_trace,
                                                 harness_stream=cand_trace.harness_stream)
         findings = [Finding(f.check, f.ok, f.message, run.name, severity=getattr(f, "severity", "invalid"))

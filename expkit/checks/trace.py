@@ -24,7 +24,7 @@ a dropped span becomes top level.
 
 The harness stream. CUPTI numbers streams itself (the ``stream`` arg, e.g. 7 for the
 legacy default stream); that number is not ``torch.cuda.Stream.cuda_stream`` and no
-public torch API maps one to the other. So on CUDA :func:`capture` first launches one
+public torch API maps one to the other. So on CUDA :func:`.recording.capture` first launches one
 tiny fill kernel on the current stream inside a ``record_function`` named
 :data:`HARNESS_MARKER`; the parser reads that kernel's stream into
 ``meta["harness_stream"]`` and removes the marker (the span, the ops under it and
@@ -53,19 +53,15 @@ import gzip
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, TypeVar, Union
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple, Union
 
-from .operands import op_calls
 
-T = TypeVar("T")
-
-#: ``record_function`` label of the marker kernel :func:`capture` launches on the
+#: ``record_function`` label of the marker kernel :func:`.recording.capture` launches on the
 #: harness stream (see the module docstring).
 HARNESS_MARKER = "expkit::harness_stream_marker"
-#: ``record_function`` label of the marker :func:`capture` launches on the harness
+#: ``record_function`` label of the marker :func:`.recording.capture` launches on the harness
 #: stream right after the profiled call returns (see the module docstring).
 HARNESS_JOIN = "expkit::harness_stream_join"
 #: Cycles of the spin the entry marker ends with (about 1 ms at 2 GHz): long against the
@@ -455,65 +451,3 @@ def _remove_marker(trace: Trace) -> Trace:
 
 def _unique(items: Iterable[Any]) -> Tuple[Any, ...]:
     return tuple(dict.fromkeys(items))
-
-
-# --- recording -------------------------------------------------------------------
-
-
-def record_chrome_trace(fn: Callable[[], T], *, cuda: bool) -> Tuple[T, Dict[str, Any]]:
-    """Run ``fn`` once under ``torch.profiler`` and return its result and the raw
-    chrome trace (exported to a temporary file, read back, file deleted), with the
-    op calls and their operands (:func:`.operands.op_calls`) under ``expkit_calls``.
-
-    With ``cuda`` the CUDA activity is recorded too, the harness-stream marker is
-    launched first and the join marker right after ``fn`` returns (module docstring),
-    and the device is synchronized before the profiler stops so that every kernel
-    ``fn`` queued is in the trace."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    marker_buf = torch.empty(1, device="cuda") if cuda else None
-    if cuda:
-        torch.cuda.synchronize()
-    # Shapes and allocations: what each op read (see .operands), for the whole-op-tree rule.
-    with profile(activities=activities, record_shapes=True, profile_memory=True) as prof:
-        if cuda:
-            with record_function(HARNESS_MARKER):
-                marker_buf.fill_(0.0)
-                torch.cuda._sleep(ENTRY_SPIN_CYCLES)
-        result = fn()
-        if cuda:
-            with record_function(HARNESS_JOIN):
-                marker_buf.fill_(0.0)
-            torch.cuda.synchronize()
-    raw = exported(prof, cuda=cuda)
-    calls = op_calls(prof, skip=(HARNESS_MARKER, HARNESS_JOIN))
-    if calls is not None:
-        raw["expkit_calls"] = calls
-    return result, raw
-
-
-def exported(prof: Any, *, cuda: bool) -> Dict[str, Any]:
-    """A finished profile as the chrome-trace dict kineto exports: the exported file keeps
-    each kernel's grid and block, which the in-memory event API drops."""
-    fd, name = tempfile.mkstemp(prefix="expkit-trace-", suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(name)
-        with open(name, encoding="utf-8") as f:
-            raw = json.load(f)
-    finally:
-        os.unlink(name)
-    raw.pop("traceName", None)  # the deleted temp path
-    raw["expkit_activities"] = ["cpu", "cuda"] if cuda else ["cpu"]
-    return raw
-
-
-def capture(fn: Callable[[], T], *, cuda: bool) -> Tuple[T, Trace]:
-    """Run ``fn`` once under the profiler; return its result and the parsed trace.
-
-    One call, not a loop: identity needs one clean record, and profiling perturbs
-    timing, so these calls are never the measured ones."""
-    result, raw = record_chrome_trace(fn, cuda=cuda)
-    return result, parse_chrome_trace(raw)

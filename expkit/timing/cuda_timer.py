@@ -24,10 +24,8 @@ How a block is timed
    launch gaps may be in the numbers, so the block is thrown away and re-run with a
    hold sized from what was just observed. A block too long for the launch queue
    (the host stalls inside a launch until the spin ends) fails twice and is then
-   split into halves; a single call that still fails twice queues more than the launch
-   queue holds, and later blocks take the floor hold only (a hold cannot cover such a
-   call, and sizing holds from stalled queuing times made them grow without bound).
-   ``last_block.hold_ok`` records the outcome.
+   split into halves (a single call that fails twice fills the queue alone: later blocks
+   take the floor hold). ``last_block.hold_ok`` records the outcome.
 2. **Cold** (``cold=True``, the default for claims): before each call the L2 cache is
    flushed by touching a buffer of ``flush_factor`` x L2 bytes
    (``torch.cuda.get_device_properties(i).L2_cache_size``), then one event pair is
@@ -103,12 +101,9 @@ behind a spin, but not at 512. ``foreign_abs_s`` 250 us, because honest blocks s
 16-41 us between the host envelope and the event span (median about 17 us) over
 every op of the fidelity ladder.
 
-With a recorder the bias above is gone from the returned figure (it is CUPTI's own
-kernel duration, the reference the bias was measured against); the events keep it,
-and ``last_timing.call_seconds`` shows it.
-
-Nothing here imports torch at module import time: ``import expkit.timing.cuda_timer`` works
-on any machine, and :meth:`CudaTimer.available` says whether it can run.
+With a recorder the bias above is gone from the returned figure (CUPTI's own kernel duration,
+the bias's reference); the events keep it, and ``last_timing.call_seconds`` shows it. Nothing
+here imports torch at import time; :meth:`CudaTimer.available` says whether it can run.
 """
 
 from __future__ import annotations
@@ -373,18 +368,13 @@ class CudaTimer:
         synchronises with the host can never be held, and ends there.
         """
         hold_s = self.hold_margin * self._queue_per_call_s * n + self.hold_floor_s
-        if self._outruns_queue:  # one call fills the launch queue: no hold covers it (below)
-            obs = self._run_held(fn, n, self.hold_floor_s)
-            log.append(obs)
-            return [obs]
-        obs: dict[str, Any] = {}
+        if self._outruns_queue:
+            log.append(self._run_held(fn, n, self.hold_floor_s))
+            return log[-1:]
         for attempt in range(2):
             obs = self._run_held(fn, n, hold_s)
             log.append(obs)
-            if obs["ok"]:
-                # Only a held block's queuing sizes later holds: a failed one may include a
-                # stall inside a launch that lasted as long as the hold itself, and sizing
-                # from it doubled the hold block after block.
+            if obs["ok"]:  # a failed block's queuing may hold a stall as long as the hold
                 self._queue_per_call_s = obs["queue_s"] / n
                 return [obs]
             if self._retries >= self.max_attempts:
@@ -393,11 +383,7 @@ class CudaTimer:
             if attempt == 0:
                 # Size the next hold from what this attempt actually took, with room to spare.
                 hold_s = 2 * self.hold_margin * obs["queue_s"] + self.hold_floor_s
-        if n == 1:
-            # One call queues more than the launch queue holds (KernelBench's level-3 RNN
-            # launches about a thousand kernels a call): the host stalls inside a launch
-            # until any hold ends. Its calls run at the host's pace whatever the timer
-            # does; later blocks take the floor hold and are reported not held.
+        if n == 1:  # one call fills the launch queue (an RNN's ~1000 launches): no hold covers it
             self._outruns_queue = True
             return [obs]
         # Twice too short even when sized from observation: the host most likely

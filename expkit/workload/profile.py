@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ..checks.expectations import matches_kernel, matches_op
-from ..checks.trace import LAUNCH_CATEGORIES, exported, parse_chrome_trace
+from ..checks.recording import exported
+from ..checks.trace import LAUNCH_CATEGORIES, parse_chrome_trace
 from .prediction import Interval
 
 #: ``record_function`` label around each profiled run of a workload.
