@@ -38,3 +38,19 @@ def test_a_process_that_touched_the_driver_does_not_fork(monkeypatch):
 
 def test_this_cpu_test_process_has_no_driver_loaded():
     assert not endpoint._driver_loaded() or endpoint.torch.cuda.is_available()
+
+
+def test_a_parent_that_forks_its_workers_imports_the_preload_first():
+    """Workers forked from a fresh parent inherit what it imported: without the preload
+    each of honest-win's ten workers spent 0.83-0.94 s of its first call importing
+    torch._dynamo and its dependencies (benchmarks/results/fork_preload_cpu.md)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from expkit.bench import endpoint as e; assert e.fork_is_safe(); "
+            "missing = [m for m in e.PRELOAD if m not in sys.modules]; assert 'torch._dynamo' in missing; "
+            "e.warm_up_forkserver('auto'); "
+            "print([m for m in e.PRELOAD if m not in sys.modules], e.fork_is_safe())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[] True"
