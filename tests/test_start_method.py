@@ -54,3 +54,18 @@ def test_a_parent_that_forks_its_workers_imports_the_preload_first():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[] True"
+
+
+def test_a_preload_that_makes_forking_unsafe_starts_the_fork_server(monkeypatch):
+    """Where an import of the preload leaves the process unsafe to fork (a library that maps
+    the CUDA driver as it imports), the workers come from the fork server, started at once."""
+    import multiprocessing.forkserver as fs
+
+    safe = iter([True, False])
+    started, imported = [], []
+    monkeypatch.setattr(endpoint, "fork_is_safe", lambda: next(safe, False))
+    monkeypatch.setattr(endpoint.importlib, "import_module", imported.append)
+    monkeypatch.setattr(endpoint, "_context", lambda method, device="cpu": None)
+    monkeypatch.setattr(fs, "ensure_running", lambda: started.append(True))
+    endpoint.warm_up_forkserver("auto")
+    assert imported == list(endpoint.PRELOAD) and started == [True]

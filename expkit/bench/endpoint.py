@@ -152,11 +152,13 @@ def warm_up_forkserver(method: str) -> None:
     inherits it: each of honest-win's ten workers (five processes a side) otherwise
     spent 0.83-0.94 s of its first call importing ``torch._dynamo`` and what it pulls in
     (822 modules) on this project's 2-core machine. Importing them starts no thread, so
-    the process stays safe to fork (checked again by each worker's start)."""
+    the process stays safe to fork; where an import made it unsafe after all (a library
+    that loads the CUDA driver as it imports, say), the fork server starts here instead."""
     if method == "fork" or (method == "auto" and fork_is_safe()):
         for name in PRELOAD:
             importlib.import_module(name)
-        return
+        if method == "fork" or fork_is_safe():
+            return
     if method not in ("forkserver", "auto") or "forkserver" not in multiprocessing.get_all_start_methods():
         return
     _context(method)
