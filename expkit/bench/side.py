@@ -240,8 +240,8 @@ class SideBench:
         from ..checks import recording
 
         fn = self.witness if self.role == CANDIDATE else self.fn
+        warm = self.inputs(params, preflight.derive_seed(seed, "warm"))  # a factory's error is the user's
         try:
-            warm = self.inputs(params, preflight.derive_seed(seed, "warm"))
             preflight.call_synced(self.fn, warm)
             del warm  # before the profiled call's inputs: one input set at a time
             args = self.inputs(params, seed)

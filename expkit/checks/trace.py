@@ -395,7 +395,7 @@ def parse_chrome_trace(data: Union[Mapping[str, Any], str, os.PathLike], *,
             ext = launch_ext.get(corr)
         if (ext is None or ext not in known) and corr in launch_at:
             tid, at = launch_at[corr]
-            ext = next((m.external_id for m in markers if m.tid == tid and m.ts_us <= at <= m.end_us), None)
+            ext = next((m.external_id for m in markers if m.tid == tid and m.ts_us <= at <= m.end_us), ext)
         kernels.append(KernelEvent(
             name=str(ev.get("name", "")),
             grid=_dims(_arg(args, "grid")),
