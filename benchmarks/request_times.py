@@ -5,8 +5,11 @@ summed per side and request. A table on stdout; nothing is written.
     python benchmarks/request_times.py MANIFEST [OUT_DIR] [override ...]
 
 The harness-cost benchmark (``harness_cost.py``) gives the stages; this says which
-requests inside them cost the time. Requests of one side overlap nothing of the other
-side's (the parent waits on each in turn), so the rows add up to the time in requests.
+requests inside them cost the time. Each request is timed from its send to its reply, so
+requests the parent sends through ``send``/``receive`` (``hello``, ``prepare``, a trial's
+requests to both sides) count as well as those through ``request``. Where the parent sends
+to both sides before it waits (``hello``, ``prepare``), their times overlap: the rows then
+add up to more than the time spent waiting.
 """
 
 from __future__ import annotations
@@ -30,17 +33,23 @@ def main(argv: list) -> int:
     overrides = [a for a in argv[1:] if "=" in a] or ["measure=quick"]
     spent: Dict[Tuple[str, str], float] = collections.defaultdict(float)
     count: Dict[Tuple[str, str], int] = collections.Counter()
-    original = endpoint.WorkerEndpoint.request
+    send, receive = endpoint.WorkerEndpoint.send, endpoint.WorkerEndpoint.receive
+    pending: Dict[int, Tuple[str, float]] = {}
 
-    def timed(self: Any, op: str, **payload: Any) -> Dict[str, Any]:
-        t = time.perf_counter()
+    def timed_send(self: Any, op: str, **payload: Any) -> Any:
+        pending[id(self)] = (op, time.perf_counter())
+        return send(self, op, **payload)
+
+    def timed_receive(self: Any) -> Dict[str, Any]:
         try:
-            return original(self, op, **payload)
+            return receive(self)
         finally:
+            op, t = pending.pop(id(self), ("?", time.perf_counter()))
             spent[(self.role, op)] += time.perf_counter() - t
             count[(self.role, op)] += 1
 
-    endpoint.WorkerEndpoint.request = timed  # type: ignore[method-assign]
+    endpoint.WorkerEndpoint.send = timed_send  # type: ignore[method-assign]
+    endpoint.WorkerEndpoint.receive = timed_receive  # type: ignore[method-assign]
     t0 = time.perf_counter()
     result = api.run(manifest, out=out, overrides=overrides)
     wall = time.perf_counter() - t0
