@@ -25,8 +25,9 @@ and this module turns it into the three callables the runner needs:
   per-trial generator, inside ``torch.random.fork_rng`` so the global RNG is left
   as it was, with the manifest's device as torch's default device: ``torch.rand(...)``
   then draws on the GPU (milliseconds for the 8 GiB inputs of some problems, where a
-  host draw takes tens of seconds), from the device's own generator under that seed. Each preflight trial therefore gets fresh inputs, where KernelBench
-  uses seed 42 for the first trial. Floating tensors are cast to ``precision``;
+  host draw takes tens of seconds), from the device's own generator under that seed.
+  Each preflight trial therefore gets fresh inputs, where KernelBench uses seed 42 for
+  the first trial. Floating tensors are cast to ``precision``;
   integer tensors (indices, labels) keep their dtype -- KernelBench casts every
   tensor, which would turn an index tensor into floats.
 * **oracle** ``allclose`` with KernelBench's tolerance as both ``rtol`` and
