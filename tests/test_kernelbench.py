@@ -136,10 +136,13 @@ def test_inputs_follow_the_trial_generator_and_params(tmp_path):
         factory({"nope": 1}, torch.Generator().manual_seed(1), "cpu")
 
 
-def test_inputs_are_drawn_on_the_manifests_device(tmp_path, monkeypatch):
-    # get_inputs() calls torch.randn() with no device; under the run's device as torch's
-    # default, the draw happens there (the meta device stands in for a GPU here), not on
-    # the host and then copied: a host draw of KernelBench's 6 GiB inputs takes ~25 s.
+def test_inputs_are_drawn_on_the_runs_device(tmp_path, monkeypatch):
+    # get_inputs() calls torch.randn() with no device; preflight.build_inputs runs it with
+    # the run's device as torch's default, so the draw happens there (the meta device
+    # stands in for a GPU here), not on the host and then copied: a host draw of
+    # KernelBench's 6 GiB inputs takes tens of seconds.
+    from expkit.checks import preflight
+
     lm = load(_manifest(tmp_path, BASE + "kernelbench: {problem: 4_mlp.py, solution: 4_mlp_addmm.py}\n"))
     _, _, factory = kb.sides(lm)
     drawn, real = [], torch.randn
@@ -152,7 +155,9 @@ def test_inputs_are_drawn_on_the_manifests_device(tmp_path, monkeypatch):
     with torch.device("meta"):  # torch caches its list of factories on first use: before the patch
         torch.empty(1)
     monkeypatch.setattr(torch, "randn", spy)
-    got = factory({}, torch.Generator().manual_seed(1), "meta")[0]
+    # a meta generator does not exist: the seed is drawn from a host one
+    monkeypatch.setattr(preflight, "make_generator", lambda seed, device: torch.Generator().manual_seed(seed))
+    (got,) = preflight.build_inputs(factory, {}, 1, "meta", lm)
     assert got.device.type == "meta" and drawn == ["meta"]
     assert torch.get_default_device().type == "cpu"  # restored after the call
 

@@ -23,13 +23,12 @@ and this module turns it into the three callables the runner needs:
   cast to ``precision``; forward calls run under ``torch.no_grad()``.
 * **inputs** ``get_inputs()`` called under a seed drawn from the preflight's
   per-trial generator, inside ``torch.random.fork_rng`` so the global RNG is left
-  as it was, with the manifest's device as torch's default device: ``torch.rand(...)``
-  then draws on the GPU (milliseconds for the 8 GiB inputs of some problems, where a
-  host draw takes tens of seconds), from the device's own generator under that seed.
-  Each preflight trial therefore gets fresh inputs, where KernelBench uses seed 42 for
-  the first trial. Floating tensors are cast to ``precision``;
-  integer tensors (indices, labels) keep their dtype -- KernelBench casts every
-  tensor, which would turn an index tensor into floats.
+  as it was, with the manifest's device as torch's default device (set by
+  ``preflight.build_inputs``): ``torch.rand(...)`` then draws on the GPU, from the
+  device's own generator under that seed. Each preflight trial therefore gets fresh
+  inputs, where KernelBench uses seed 42 for the first trial. Floating tensors are
+  cast to ``precision``; integer tensors (indices, labels) keep their dtype --
+  KernelBench casts every tensor, which would turn an index tensor into floats.
 * **oracle** ``allclose`` with KernelBench's tolerance as both ``rtol`` and
   ``atol``: 1e-4 for fp32, 1e-2 for fp16 and bf16 (``get_tolerance_for_precision``
   in KernelBench's ``src/kernelbench/eval.py``), filled in by the manifest when
@@ -204,12 +203,10 @@ class InputFactory:
 
     def __call__(self, params: Mapping[str, Any], gen: Any, device: str) -> Tuple[Any, ...]:
         # One draw from the trial's generator seeds get_inputs(): the trial's seed, not
-        # the global RNG's state, decides the inputs.
-        # Under the device as torch's default device, so that ``torch.rand(...)`` in
-        # get_inputs() draws on the GPU: KernelBench's inputs reach 8 GiB, and a host draw
-        # of 6 GiB takes about 25 s on one CPU thread (issue 19), a device draw milliseconds.
+        # the global RNG's state, decides the inputs. The caller, ``preflight.build_inputs``,
+        # runs this with the run's device as torch's default device.
         seed = int(gen.initial_seed())
-        with _globals(self.module, params, self.where), seeded(seed, device), _default_device(device):
+        with _globals(self.module, params, self.where), seeded(seed, device):
             got = self.module.get_inputs()
         if not isinstance(got, (list, tuple)):
             got = [got]

@@ -1,8 +1,9 @@
 """KernelBench inputs on a GPU: drawn on the device under the trial's seed (issue 19).
 
-KernelBench's problems build their inputs with ``torch.rand(...)`` and no device; the
-adapter runs ``get_inputs()`` with the run's device as torch's default, so a 6 GiB input
-is drawn on the GPU in milliseconds instead of on one host thread in tens of seconds."""
+KernelBench's problems build their inputs with ``torch.rand(...)`` and no device;
+``preflight.build_inputs`` runs ``get_inputs()`` with the run's device as torch's
+default, so a 6 GiB input is drawn on the GPU in milliseconds instead of on one host
+thread in tens of seconds."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
+from expkit.checks.preflight import build_inputs  # noqa: E402
 from expkit.manifest import kernelbench as kb  # noqa: E402
 from expkit.manifest import load  # noqa: E402
 
@@ -34,14 +36,16 @@ def _factory(tmp_path, problem_text=None):
     pair = "{problem: big.py, solution: big_new.py}" if problem_text else "{problem: 4_mlp.py, solution: 4_mlp_addmm.py}"
     (tmp_path / "m.yaml").write_text(f"name: t\ndevice: cuda\nclaim: {{speedup: 1.0}}\ncases: [{{name: default}}]\n"
                                      f"kernelbench: {pair}\n")
-    return kb.sides(load(tmp_path / "m.yaml"))[2]
+    lm = load(tmp_path / "m.yaml")
+    factory = kb.sides(lm)[2]
+    return lambda params, seed: build_inputs(factory, params, seed, "cuda", lm)
 
 
 def test_inputs_are_drawn_on_the_gpu_and_follow_the_seed(tmp_path):
     factory = _factory(tmp_path)
-    a = factory({}, torch.Generator().manual_seed(1), "cuda")[0]
-    again = factory({}, torch.Generator().manual_seed(1), "cuda")[0]
-    other = factory({}, torch.Generator().manual_seed(2), "cuda")[0]
+    a = factory({}, 1)[0]
+    again = factory({}, 1)[0]
+    other = factory({}, 2)[0]
     assert a.is_cuda and torch.equal(a, again) and not torch.equal(a, other)
     assert torch.get_default_device().type == "cpu"
 
@@ -53,10 +57,10 @@ def test_a_gigabyte_input_is_drawn_in_well_under_a_second(tmp_path):
                                  "class Model(nn.Module):\n    def forward(self, x):\n        return x\n\n"
                                  "def get_inputs():\n    return [torch.rand(16384, 32768)]\n\n"
                                  "def get_init_inputs():\n    return []\n")
-    factory({}, torch.Generator().manual_seed(0), "cuda")  # CUDA context and generator set up
+    factory({}, 0)  # CUDA context and generator set up
     torch.cuda.synchronize()
     t = time.perf_counter()
-    x = factory({}, torch.Generator().manual_seed(1), "cuda")[0]
+    x = factory({}, 1)[0]
     torch.cuda.synchronize()
     took = time.perf_counter() - t
     assert x.is_cuda and x.numel() == 16384 * 32768
