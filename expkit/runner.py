@@ -99,7 +99,8 @@ def run_manifest(
     settings = settings or load_settings(overrides, m.measure)
     device = m.device
     stages = Stages(t_start)
-    warm_up_forkserver(settings.defences.start_method)
+    if settings.defences.enabled and settings.defences.isolate:  # workers to start: get them ready
+        warm_up_forkserver(settings.defences.start_method)
     stages.mark("load")
     pair = open_pair(lm, settings, device)
     stages.mark("start")

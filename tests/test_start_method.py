@@ -69,3 +69,22 @@ def test_a_preload_that_makes_forking_unsafe_starts_the_fork_server(monkeypatch)
     monkeypatch.setattr(fs, "ensure_running", lambda: started.append(True))
     endpoint.warm_up_forkserver("auto")
     assert imported == list(endpoint.PRELOAD) and started == [True]
+
+
+@pytest.mark.parametrize("isolate, warmed", [("false", []), ("true", ["auto"])])
+def test_the_worker_start_is_warmed_only_where_workers_start(tmp_path, monkeypatch, isolate, warmed):
+    """The preload (about a second) is for forked workers; a run with its sides in one
+    process starts none."""
+    from expkit import runner
+
+    calls = []
+    monkeypatch.setattr(runner, "warm_up_forkserver", calls.append)
+
+    def stop(*a, **k):
+        raise RuntimeError("stop after the start")
+
+    monkeypatch.setattr(runner, "open_pair", stop)
+    manifest = Path(__file__).parents[1] / "manifests" / "examples" / "cpu" / "honest-win.yaml"
+    with pytest.raises(RuntimeError, match="stop after the start"):
+        runner.run_manifest(manifest, ["measure=quick", f"defences.isolate={isolate}"], tmp_path)
+    assert calls == warmed
