@@ -27,6 +27,8 @@
 #   audits:GLOB  audit manifests matching GLOB (under manifests/audits/), one session
 #              (AUDIT_ARGS: extra overrides, e.g. measure.timer=events; AUDIT_SESSION: its folder)
 #   debug      scripts/debug_start.py and scripts/debug_kernel_records.py
+#   l2         the L2-resident adversarial pair warm and cold, with each timer: its figures side by side
+#   timeline:LIST  benchmarks/request_times.py on the manifests kb:LIST wrote (where a run's wall goes)
 #   fidelity   benchmarks/timing_fidelity.py --quick
 #   fidelity-full  benchmarks/timing_fidelity.py
 set -uo pipefail
@@ -122,6 +124,21 @@ for step in "$@"; do
       step_limit 120 python3 scripts/debug_start.py manifests/examples/gpu/honest.yaml 2>&1 | grep -v Warning | tee "$B/debug_start.log" | tail -14
       for op in add decode; do
         step_limit 90 python3 scripts/debug_kernel_records.py --op $op 2>&1 | tee "$B/debug_records_$op.log" | tail -30
+      done ;;
+    l2)  # why the L2-resident pair read 0.85x warm and 2.89x cold (gpu_tests_all_5f465b3.log)
+      mkdir -p "$B/l2"
+      for t in kernel events; do for c in true false; do
+        d="$B/l2/$t-cold-$c"
+        ( cd tests/adversarial/gpu && step_limit 90 python3 -m expkit run l2_resident.yaml measure=quick measure.timer=$t \
+            measure.cold=$c --out "$d" --quiet > "$d.log" 2>&1 )
+        python3 -c "import json,sys; r=json.load(open(sys.argv[1])); c=r['measured']['cases']['c']; print(sys.argv[2], r['verdict'], r['timing'].get('method'), {k: v for k, v in c.items() if not isinstance(v, (list, dict))})" "$d/result.json" "$t cold=$c" 2>&1 | tee -a "$B/l2.txt"
+      done; done ;;
+    timeline:*)  # after kb:LIST: each run's wall time request by request
+      for n in $(echo "${step#timeline:}" | tr , ' '); do
+        for m in /tmp/kb-work/level1/manifests/${n}_*.yaml; do
+          step_limit 120 python3 benchmarks/request_times.py "$m" > "$B/timeline-$n.txt" 2>&1
+          echo "timeline $n exit $?" | tee -a "$B/steps.log"; tail -22 "$B/timeline-$n.txt"
+        done
       done ;;
     fidelity)
       step_limit 240 python3 benchmarks/timing_fidelity.py --quick --out "$B/fidelity-quick" 2>&1 | tail -40 ;;

@@ -31,6 +31,16 @@ def spin_durations(prof) -> list[float]:
     return out
 
 
+def timed_spins(prof, per_block: int) -> list[float]:
+    """The test's own spins, in start order, without the timer's holds: each block is
+    one hold spin followed by ``per_block`` calls (a block retried for a short hold is
+    another such group)."""
+    spins = sorted((e.start_ns(), e.duration_ns() * 1e-9) for e in prof.profiler.kineto_results.events()
+                   if str(e.device_type()).endswith("CUDA") and SPIN in e.name())
+    assert len(spins) % (per_block + 1) == 0, len(spins)
+    return [d for i, (_, d) in enumerate(spins) if i % (per_block + 1) != 0]
+
+
 def warm_up(seconds: float = 0.3) -> None:
     # Bring the SM clock up from idle before anything is compared.
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
@@ -66,9 +76,12 @@ def test_spin_of_known_cycles_matches_cupti_and_the_sm_clock(cycles, cold):
     log = tel.stop()
     max_mhz = tel.info().max_sm_clock_mhz if isinstance(tel, NvmlTelemetry) else None
     tel.close()
-    got = statistics.median(measured)
-    # 50 spins of the test, plus one hold per sample: the median is a test spin.
-    cupti = statistics.median(spin_durations(prof))
+    got = statistics.mean(measured)
+    # The mean over the very spins the timer timed (holds left out), against the mean of
+    # its per-call figures: the same kernels on both sides, so a clock that moves between
+    # blocks moves both (a median over 50 spins and 5 holds against a median over 5
+    # blocks read 2% apart on the H100, 2026-11-23, gpu_tests_all_5f465b3.log).
+    cupti = statistics.mean(timed_spins(prof, 10))
     assert timer.last_block.hold_ok
     # The event pairs add a fixed cost that CUPTI's kernel durations do not see: on an
     # H200, +0.9-1.1 us a call warm and +3.2-3.6 us cold (benchmarks/README.md). Allowed for,
@@ -91,8 +104,8 @@ def test_spin_of_known_cycles_matches_cupti_and_the_sm_clock(cycles, cold):
 @pytest.mark.parametrize("cold", [False, True])
 def test_side_stream_cannot_make_the_time_shorter_than_the_work(cold):
     cycles = 400_000  # about 200 us at H100/H200 boost clocks
+    warm_up()
     honest = CudaTimer(cold=False)
-    real = statistics.median(honest.sample(lambda: torch.cuda._sleep(cycles), 10) for _ in range(3))
     side = torch.cuda.Stream()
 
     def cheat() -> None:
@@ -101,10 +114,17 @@ def test_side_stream_cannot_make_the_time_shorter_than_the_work(cold):
 
     timer = CudaTimer(cold=cold)
     timer.sample(cheat, 20)
-    got = [timer.sample(cheat, 20) for _ in range(3)]
-    assert timer.last_block.foreign_work
-    assert timer.last_block.event_seconds < 0.5 * real  # what the events alone would have said
-    assert min(got) >= 0.98 * real, (got, real)
+    honest.sample(lambda: torch.cuda._sleep(cycles), 10)
+    # The honest figure is taken right beside each cheat's, so the SM clock (which moved
+    # by 10-15% between minutes on the H100) is the same for both.
+    ratios = []
+    for _ in range(3):
+        real = honest.sample(lambda: torch.cuda._sleep(cycles), 10)
+        got = timer.sample(cheat, 20)
+        assert timer.last_block.foreign_work
+        assert timer.last_block.event_seconds < 0.5 * real  # what the events alone would have said
+        ratios.append(got / real)
+    assert statistics.median(ratios) >= 0.98, ratios
 
 
 def test_cold_is_slower_than_warm_for_an_l2_resident_input():

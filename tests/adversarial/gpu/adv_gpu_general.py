@@ -52,6 +52,11 @@ def graph_stale(a: Tensor, b: Tensor) -> Tensor:
     hit = _GRAPHS.get(key)
     if hit is None:
         sa, sb = a.clone(), b.clone()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):  # cuBLAS sets itself up outside the capture, as it must
+            torch.einsum("mk,kn->mn", sa, sb)
+        torch.cuda.current_stream().wait_stream(s)
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
