@@ -35,6 +35,22 @@ def test_a_replaced_harness_method_is_seen_at_the_next_hot_check(monkeypatch):
     assert snap.changed(hot_only=True) == []
 
 
+def test_the_hot_check_sees_a_swapped_code_object_and_a_replaced_module_function(monkeypatch):
+    from expkit.timing import per_call
+
+    snap = tamper.FunctionSnapshot.take()
+    assert snap.changed(hot_only=True) == []
+    cls = per_call.PerCallTimer
+    name = next(a for a, v in vars(cls).items() if callable(v) and hasattr(v, "__code__"))
+    monkeypatch.setattr(getattr(cls, name), "__code__", (lambda *a, **k: None).__code__)
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+    got = snap.changed(hot_only=True)
+    assert f"expkit.timing.per_call.PerCallTimer.{name} (code swapped)" in got, got
+    assert "time.perf_counter (replaced)" in got, got
+    monkeypatch.undo()
+    assert snap.changed(hot_only=True) == []
+
+
 def test_the_baselines_callables_come_from_its_ops():
     names = tamper.torch_callables_for(["aten::softmax", "aten::linear", "aten::add_", "aten::_softmax",
                                         "aten::mm.out", "expkit::op", "aten::no_such_op"])

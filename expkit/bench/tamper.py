@@ -140,27 +140,84 @@ class FunctionSnapshot:
         return [f"{n} (not torch's own)" for n in foreign(added)]
 
     def changed(self, *, hot_only: bool = False) -> List[str]:
-        out = []
-        if hot_only:
-            hot = self.__dict__.get("_hot")
-            if hot is None:
-                hot = self.__dict__["_hot"] = {n: e for n, e in self.entries.items() if n.startswith(HOT_PREFIXES)}
-            entries = hot
-        else:
-            entries = self.entries
-        for name, (container, attr, obj, code) in entries.items():
-            try:
-                now = vars(container).get(attr) if isinstance(container, (type, types.ModuleType)) else None
-                if now is None:
-                    now = getattr(container, attr)
-            except Exception:
-                out.append(f"{name} (removed)")
+        if not hot_only:
+            return _changed(self.entries.items())
+        hot = self.__dict__.get("_hot")
+        if hot is None:
+            hot = self.__dict__["_hot"] = _Hot([(n, e) for n, e in self.entries.items() if n.startswith(HOT_PREFIXES)])
+        return hot.changed()
+
+
+def _now(container: Any, attr: str) -> Any:
+    now = vars(container).get(attr) if isinstance(container, (type, types.ModuleType)) else None
+    return now if now is not None else getattr(container, attr)
+
+
+def _changed(entries: Iterable[Tuple[str, Tuple[Any, str, Any, Any]]]) -> List[str]:
+    out = []
+    for name, (container, attr, obj, code) in entries:
+        try:
+            now = _now(container, attr)
+        except Exception:
+            out.append(f"{name} (removed)")
+            continue
+        if now is not obj:
+            out.append(f"{name} (replaced)")
+        elif code is not None and _code_of(now) is not code:
+            out.append(f"{name} (code swapped)")
+    return out
+
+
+class _Hot:
+    """The hot subset, checked after every timed block, read the fast way: each entry's
+    namespace (a module's ``__dict__``, or for a class the ``__dict__`` of the class in
+    its MRO that defines the attribute; both stay live) and its function object are
+    looked up once, so the per-block check is a few dictionary reads and two identity
+    tests an entry. An inherited attribute (``torch.Tensor.clone`` lives on
+    ``TensorBase``) is also checked absent from the classes before it in the MRO, where
+    an assignment to ``torch.Tensor.clone`` would put it. A difference found that way is
+    re-read by :func:`_changed`, which gives the reason; entries whose container is
+    neither module nor class take the slow way every time."""
+
+    def __init__(self, entries: List[Tuple[str, Tuple[Any, str, Any, Any]]]) -> None:
+        self.fast: List[Tuple[Tuple[Any, ...], Any, str, Any, Any, Any]] = []
+        self.slow: List[Tuple[str, Tuple[Any, str, Any, Any]]] = []
+        self.names: List[Tuple[str, Tuple[Any, str, Any, Any]]] = []
+        for name, e in entries:
+            container, attr, obj, code = e
+            found = _defining(container, attr)
+            if found is None or found[1].get(attr) is not obj:
+                self.slow.append((name, e))
                 continue
-            if now is not obj:
-                out.append(f"{name} (replaced)")
-            elif code is not None and _code_of(now) is not code:
-                out.append(f"{name} (code swapped)")
-        return out
+            before, ns = found
+            fn = getattr(obj, "__func__", obj)
+            if isinstance(fn, property):
+                fn = fn.fget
+            self.fast.append((before, ns, attr, obj, fn if code is not None else None, code))
+            self.names.append((name, e))
+
+    def changed(self) -> List[str]:
+        for i, (before, ns, attr, obj, fn, code) in enumerate(self.fast):
+            if (ns.get(attr) is not obj or (code is not None and getattr(fn, "__code__", None) is not code)
+                    or (before and any(attr in b for b in before))):
+                return _changed(self.names[i:]) + _changed(self.slow)
+        return _changed(self.slow) if self.slow else []
+
+
+def _defining(container: Any, attr: str) -> Any:
+    """(namespaces that must not hold ``attr``, the namespace that does) for a module or
+    a class, else None."""
+    if isinstance(container, types.ModuleType):
+        return (), vars(container)
+    if not isinstance(container, type):
+        return None
+    before = []
+    for k in container.__mro__:
+        ns = vars(k)
+        if attr in ns:
+            return tuple(before), ns
+        before.append(ns)
+    return None
 
 
 #: Where the public names of an aten op live, tried for each op of a trace.

@@ -116,14 +116,19 @@ def child_pids() -> FrozenSet[int]:
     out: set = set()
     try:
         for tid in os.listdir("/proc/self/task"):
-            try:
-                with open(f"/proc/self/task/{tid}/children") as f:
-                    out.update(int(p) for p in f.read().split())
+            try:  # os.open/os.read: a third of the cost of open() here, and it runs twice a timed block
+                fd = os.open(f"/proc/self/task/{tid}/children", os.O_RDONLY)
             except OSError:
                 continue
+            try:
+                out.update(int(p) for p in os.read(fd, 65536).split())
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
     except OSError:
         pass
-    return frozenset(p for p in out if not helper_process(p))
+    return frozenset(p for p in out if not helper_process(p)) if out else frozenset()
 
 
 def activity() -> Activity:
