@@ -27,6 +27,8 @@
 #   audits:GLOB  audit manifests matching GLOB (under manifests/audits/), one session
 #              (AUDIT_ARGS: extra overrides, e.g. measure.timer=events; AUDIT_SESSION: its folder)
 #   debug      scripts/debug_start.py and scripts/debug_kernel_records.py
+#   hold       scripts/debug_hold.py (the CUDA timer's holds block by block; the L2 pair's figures)
+#   adv:NAMES  the named GPU adversarial manifests, each run folder kept whole (result.json, report)
 #   l2         the L2-resident adversarial pair warm and cold, with each timer: its figures side by side
 #   timeline:LIST  benchmarks/request_times.py on the manifests kb:LIST wrote (where a run's wall goes)
 #   fidelity   benchmarks/timing_fidelity.py --quick
@@ -119,6 +121,14 @@ for step in "$@"; do
         step_limit 200 python3 -m expkit run "$m" measure=quick ${AUDIT_ARGS:-} --session "$B/${AUDIT_SESSION:-audit-session}" \
           --quiet > "$B/au-$n${AUDIT_ARGS:+-alt}.log" 2>&1
         echo "$n exit $?" | tee -a "$B/steps.log"; tail -3 "$B/au-$n.log"
+      done ;;
+    hold)
+      step_limit 150 python3 scripts/debug_hold.py 2>&1 | grep -v Warning | tee "$B/debug_hold.log" | tail -40 ;;
+    adv:*)
+      for n in $(echo "${step#adv:}" | tr , ' '); do
+        ( cd tests/adversarial/gpu && PYTHONPATH=$PYTHONPATH:. step_limit 120 python3 -m expkit run "$n.yaml" measure=quick \
+            measure.max_seconds=0.3 measure.min_seconds=0.1 --out "$B/adv/$n" --quiet > "$B/adv-$n.log" 2>&1 )
+        python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2], r['verdict'], r['reasons'][:3]); print(json.dumps(r.get('identity'))[:3000])" "$B/adv/$n/result.json" "$n" 2>&1 | tee -a "$B/adv.txt"
       done ;;
     debug)
       step_limit 120 python3 scripts/debug_start.py manifests/examples/gpu/honest.yaml 2>&1 | grep -v Warning | tee "$B/debug_start.log" | tail -14
