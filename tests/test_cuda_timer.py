@@ -377,6 +377,7 @@ def test_gaps_inside_a_call_count_and_launch_latency_does_not():
 
     t2 = CudaTimer(device=gpu2, clock=gpu2.clock, cold=False, recorder=FakeRecorder(gpu2), max_calls_per_hold=1)
     t2._queue_per_call_s = 0.0
+    t2._lead_s = t2.max_lead_s = 0.0  # no lead spin either: nothing holds the stream
     t2.hold_floor_s = 0.0
     t2.hold_margin = 1.0
     t2.max_attempts = 0
@@ -486,3 +487,17 @@ def test_a_call_with_more_launches_than_the_queue_holds_does_not_grow_the_hold()
     per_call = [t.sample(fn, 4) for _ in range(8)]
     assert max(gpu.holds) < 10e-3, [f"{h * 1e3:.2f} ms" for h in gpu.holds]
     assert all(p == pytest.approx(per_call[0], rel=0.5) for p in per_call)
+
+
+def test_a_slow_launch_of_the_hold_does_not_stretch_its_events_or_the_clock():
+    # With CUPTI recording, one launch took over 100 us on an H100: the hold then started
+    # that long after its opening event, its events read long, and the SM clock and the
+    # recorder's ticks taken from them read 15-30% slow (scripts/debug_hold.py). The lead
+    # spin covers the launch, after one block to learn how long it takes.
+    gpu = FakeGpu(launch_s=150 * US)
+    t = make(gpu, cold=False)
+    for _ in range(3):
+        t.sample(gpu.op(warm_s=100 * US), 10)
+    true_hold = gpu.holds[-1]
+    assert t.last_block.hold_s == pytest.approx(true_hold, rel=0.01)
+    assert t._cycles_per_s == pytest.approx(gpu.cycles_per_s, rel=0.01)

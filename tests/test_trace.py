@@ -246,3 +246,27 @@ def test_capture_cuda_records_kernels_and_the_harness_stream():
     assert all(k.block and k.grid for k in trace.kernels)
     (top,) = trace.top_level_ops()
     assert trace.kernels_of_op(top) == trace.kernels
+
+
+def test_the_entry_spin_is_recorded_again_longer_when_the_call_outlasts_it(monkeypatch):
+    # The join marker must be launched while the entry spin still runs, or an unjoined
+    # side stream's kernels finish before it starts and read as ordered (the H100's
+    # side_stream_late, 2026-11-23).
+    from expkit.checks import recording
+
+    seen = []
+    host = iter([0.010, 0.001])  # a 10 ms call against a ~1 ms spin, then covered
+
+    def once(fn, *, cuda, spin_cycles):
+        seen.append(spin_cycles)
+        return "out", {}, next(host)
+
+    monkeypatch.setattr(recording, "record_once", once)
+    result, raw = recording.record_chrome_trace(lambda: None, cuda=True)
+    assert result == "out" and seen[0] == recording.ENTRY_SPIN_CYCLES
+    assert seen[1] == int(4 * 0.010 * recording.MAX_SM_HZ)
+    assert raw["expkit_entry_spin"]["covered"] and len(seen) == 2
+    seen.clear()
+    host = iter([0.0])
+    recording.record_chrome_trace(lambda: None, cuda=False)
+    assert len(seen) == 1  # no spin without CUDA: one recording

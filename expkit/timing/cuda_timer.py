@@ -224,6 +224,10 @@ class CudaTimer:
         # than asked: H100/H200 boost to 1980 MHz (device/KINDS.md). Replaced by the
         # clock measured around each hold.
         self._cycles_per_s = cycles_per_second_hint
+        # The lead spin before each hold (see _run_held): long enough to cover the host's
+        # launch of the hold; grows when it did not.
+        self._lead_s = 30e-6
+        self.max_lead_s = 5e-3
         # Host seconds to queue one call; first guess, then the last observation.
         self._queue_per_call_s = 40e-6 if cold else 15e-6
         self._events: list[Event] = []
@@ -283,12 +287,27 @@ class CudaTimer:
     def _run_held(self, fn: Callable[[], Any], n: int, hold_s: float) -> dict[str, Any]:
         """Queue hold + n calls, sync, and read everything. Returns the raw observations."""
         dev, clock, rec = self._device, self._clock, self._active
-        ev = self._event_pool(2 * n + 2 if self.cold else 4)
-        begin, released = ev[0], ev[1]
-        pairs = ev[2 : 2 + 2 * n]
+        ev = self._event_pool(2 * n + 3 if self.cold else 5)
+        lead, begin, released = ev[0], ev[1], ev[2]
+        pairs = ev[3 : 3 + 2 * n]
         cycles = max(1, math.ceil(hold_s * self._cycles_per_s))
         tags = self._tags.chunk(n) if rec is not None else None
+        # The lead spin keeps the GPU busy while the host records ``begin`` and launches
+        # the hold, so the hold starts the moment ``begin`` is reached: the events then
+        # time the hold alone. Without it, the host's launch of the hold (over 100 us a
+        # launch with CUPTI recording, on an H100) sat between the two, the hold's events
+        # read long, and the clock and ticks taken from them read 15-30% slow
+        # (scripts/debug_hold.py, 2026-11-23).
         t0 = clock()
+        lead.record()
+        lead_cycles = max(1, math.ceil(self._lead_s * self._cycles_per_s))
+        if rec is not None and tags is not None:
+            rec.push(tags.harness)
+            dev.hold(lead_cycles)
+            rec.pop()
+        else:
+            dev.hold(lead_cycles)
+        t_lead = clock()
         begin.record()
         if rec is not None and tags is not None:
             rec.push(tags.hold)
@@ -296,6 +315,7 @@ class CudaTimer:
             rec.pop()
         else:
             dev.hold(cycles)
+        t_launched = clock()
         released.record()
         if rec is not None and tags is not None:
             # The same loops with every launch under its tag (module docstring, 4.).
@@ -341,20 +361,32 @@ class CudaTimer:
         dev.synchronize()
         t_idle = clock()
         held_s = begin.elapsed_time(released) / 1e3
+        lead_s = lead.elapsed_time(begin) / 1e3
+        # The host took ``t_launched - t_lead`` to reach the hold: a lead shorter than
+        # that (a slow launch) left a gap in ``held_s``; the next lead is longer.
+        covered = (t_launched - t_lead) < 0.8 * lead_s
+        if not covered:
+            self._lead_s = min(self.max_lead_s, max(self._lead_s, 3 * (t_launched - t_lead)))
         if self.cold:
             calls = [pairs[2 * i].elapsed_time(pairs[2 * i + 1]) / 1e3 for i in range(n)]
             event_total = sum(calls)
         else:
             calls = []
             event_total = pairs[0].elapsed_time(pairs[1]) / 1e3
-        if held_s > 0:
+        if held_s > 0 and covered:
             self._cycles_per_s = cycles / held_s
         return {
             "ok": not drained,
-            "queue_s": t_queued - t0,
+            "queue_s": t_queued - t_lead,
             "held_s": held_s,
+            "lead_covered": covered,
             "span_s": begin.elapsed_time(last) / 1e3,
-            "envelope_s": t_idle - t0,
+            # The host's time less the lead's on the GPU: what the GPU's span from ``begin``
+            # must explain (the envelope check, and the fallback figure).
+            "envelope_s": t_idle - t0 - lead_s,
+            # The host's time from the first moment a call could have launched work (on any
+            # stream): the fallback figure, which must hold all of it.
+            "fallback_s": t_idle - t0 - min(lead_s, t_launched - t0),
             "calls": calls,
             "event_total": event_total,
             "tags": tags,
@@ -436,7 +468,7 @@ class CudaTimer:
             # host's queuing time, not foreign work, is what outlasts the span.
             if o["ok"] and slack > max(self.foreign_abs_s, self.foreign_rel * o["span_s"]):
                 foreign = True
-            fallback_total += max(o["envelope_s"], o["event_total"])
+            fallback_total += max(o["fallback_s"], o["event_total"])
         flags: List[str] = []
         kernel_total: Optional[float] = None
         kernel_calls: Tuple[Optional[float], ...] = ()
