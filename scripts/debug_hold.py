@@ -70,6 +70,15 @@ def spins(rec: Any) -> None:
         print(f"\n== spin 200k, cold={cold}, recorder={recorder}")
         for s in seen:
             print("  " + " ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in s.items()))
+        att = timer.last_attribution
+        if att is not None:
+            rec_ = att["recorded"]
+            t0 = min((r.start for r in rec_.records if r.start), default=0)
+            print(f"  last block: kept tags {att['kept']}, event holds {[round(h * 1e6, 1) for h in att['event_holds']]} us, "
+                  f"ticks/s {rec_.ticks_per_second:.6g}")
+            for r in rec_.records[:40]:
+                print(f"    {r.kind} tag={r.tag} stream={r.stream} start={(r.start - t0) / rec_.ticks_per_second * 1e6:.1f} us "
+                      f"dur={(r.end - r.start) / rec_.ticks_per_second * 1e6:.1f} us {r.name[:40]}")
         for per, ref, lt in got:
             print(f"  sample {per * 1e6:.1f} us, spin alone {ref * 1e6:.1f} us, ratio {per / ref:.3f}, "
                   f"call {lt.call_seconds * 1e6 if lt.call_seconds else float('nan'):.1f} us, source {lt.source}, "

@@ -32,13 +32,14 @@ def spin_durations(prof) -> list[float]:
 
 
 def timed_spins(prof, per_block: int) -> list[float]:
-    """The test's own spins, in start order, without the timer's holds: each block is
-    one hold spin followed by ``per_block`` calls (a block retried for a short hold is
-    another such group)."""
+    """The test's own spins, in start order, without the timer's: each block is its lead
+    spin and its hold spin followed by ``per_block`` calls (a block retried for a short
+    hold is another such group)."""
     spins = sorted((e.start_ns(), e.duration_ns() * 1e-9) for e in prof.profiler.kineto_results.events()
                    if str(e.device_type()).endswith("CUDA") and SPIN in e.name())
-    assert len(spins) % (per_block + 1) == 0, len(spins)
-    return [d for i, (_, d) in enumerate(spins) if i % (per_block + 1) != 0]
+    group = per_block + 2
+    assert len(spins) % group == 0, len(spins)
+    return [d for i, (_, d) in enumerate(spins) if i % group >= 2]
 
 
 def warm_up(seconds: float = 0.3) -> None:
