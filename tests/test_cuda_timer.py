@@ -501,3 +501,29 @@ def test_a_slow_launch_of_the_hold_does_not_stretch_its_events_or_the_clock():
     true_hold = gpu.holds[-1]
     assert t.last_block.hold_s == pytest.approx(true_hold, rel=0.01)
     assert t._cycles_per_s == pytest.approx(gpu.cycles_per_s, rel=0.01)
+
+
+def test_a_late_start_of_the_hold_on_the_gpu_lengthens_the_lead_until_the_records_agree():
+    # Under CUPTI the hold reached the GPU 76-97 us after the lead ended, though the host
+    # had launched it sooner: the records show the gap, and the lead grows past it.
+    class LateHold(FakeGpu):  # the second spin of each chunk (the hold) reaches the GPU 90 us late
+        n = 0
+
+        def hold(self, cycles: int) -> None:
+            self.n += 1
+            if self.n % 2:
+                return super().hold(cycles)
+            self.latency_s += 90 * US
+            try:
+                super().hold(cycles)
+            finally:
+                self.latency_s -= 90 * US
+
+    gpu = LateHold()
+    t = make(gpu, cold=False, recorder=FakeRecorder(gpu))
+    t._lead_s = 30 * US  # start short, as without a recorder
+    for _ in range(4):
+        t.sample(gpu.op(warm_s=100 * US), 10)
+    assert t._lead_s > 90 * US
+    assert t.last_timing.source == "kernel" and "clock-mismatch" not in t.last_timing.flags, t.last_timing
+    assert t.last_block.hold_s == pytest.approx(gpu.holds[-1], rel=0.01)

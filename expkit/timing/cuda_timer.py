@@ -112,7 +112,7 @@ import gc
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from .cuda_device import FLUSH_MODES, Device, Event, TorchCudaDevice
 from .kernel_time import FOREIGN, NO_HOLD_RECORD, RECORDER_ERROR, Recorder, TagCounter, block_kernel_time
@@ -226,7 +226,7 @@ class CudaTimer:
         self._cycles_per_s = cycles_per_second_hint
         # The lead spin before each hold (see _run_held): long enough to cover the host's
         # launch of the hold; grows when it did not.
-        self._lead_s = 30e-6
+        self._lead_s = 300e-6 if recorder is not None else 30e-6
         self.max_lead_s = 5e-3
         # Host seconds to queue one call; first guess, then the last observation.
         self._queue_per_call_s = 40e-6 if cold else 15e-6
@@ -292,12 +292,14 @@ class CudaTimer:
         pairs = ev[3 : 3 + 2 * n]
         cycles = max(1, math.ceil(hold_s * self._cycles_per_s))
         tags = self._tags.chunk(n) if rec is not None else None
-        # The lead spin keeps the GPU busy while the host records ``begin`` and launches
-        # the hold, so the hold starts the moment ``begin`` is reached: the events then
-        # time the hold alone. Without it, the host's launch of the hold (over 100 us a
-        # launch with CUPTI recording, on an H100) sat between the two, the hold's events
-        # read long, and the clock and ticks taken from them read 15-30% slow
-        # (scripts/debug_hold.py, 2026-11-23).
+        # The lead spin keeps the GPU busy while the host records ``begin`` and the hold's
+        # launch reaches the GPU, so the hold starts the moment ``begin`` is reached: the
+        # events then time the hold alone. Without it, the launch (76-97 us from the
+        # previous kernel's end to the hold's start with CUPTI recording, on an H100) sat
+        # between the two, the hold's events read long, and the clock and the ticks taken
+        # from them read 15-30% slow (scripts/debug_hold.py, 2026-11-23). The lead grows
+        # from what the host saw (here) and, with a recorder, from the gap the records
+        # show (``_learn_lead``).
         t0 = clock()
         lead.record()
         lead_cycles = max(1, math.ceil(self._lead_s * self._cycles_per_s))
@@ -392,6 +394,27 @@ class CudaTimer:
             "tags": tags,
         }
 
+    def _learn_lead(self, recorded: Any, chunks: Sequence[Any]) -> None:
+        """Lengthen the lead spin by twice the largest gap the records show between a
+        lead's end and its hold's start (the GPU idled there, inside the hold's events:
+        the launch reached the GPU after the lead had ended; 76-97 us under CUPTI on an
+        H100, where the host's own time for the launch is shorter)."""
+        tps = float(self._ticks_per_second or recorded.ticks_per_second)
+        gap = 0.0
+        for c in chunks:
+            if c is None:
+                continue
+            leads = [r for r in recorded.records if r.tag == c.harness and r.timed]
+            holds = [r for r in recorded.records if r.tag == c.hold and r.timed]
+            if not leads or not holds:
+                continue
+            hold = min(holds, key=lambda r: r.start)
+            before = [r for r in leads if r.end <= hold.start]
+            if before:
+                gap = max(gap, (hold.start - max(r.end for r in before)) / tps)
+        if gap > 2e-6:
+            self._lead_s = min(self.max_lead_s, self._lead_s + 2 * gap)
+
     def _chunk(self, fn: Callable[[], Any], n: int, log: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Time n calls under one hold; retry, then split, until the hold covers the queuing.
 
@@ -476,6 +499,7 @@ class CudaTimer:
             # Kept for diagnostics and for recording test fixtures (scripts/record_cupti_fixtures.py).
             self.last_attribution = {"recorded": recorded, "kept": [o["tags"] for o in kept],
                                      "attempted": [o["tags"] for o in log], "event_holds": [o["held_s"] for o in kept]}
+            self._learn_lead(recorded, self.last_attribution["attempted"])
             kb = block_kernel_time(recorded, self.last_attribution["kept"], self.last_attribution["attempted"],
                                    self.last_attribution["event_holds"], rec.recalibrate, self._ticks_per_second)
             flags.extend(kb.flags)
