@@ -25,7 +25,9 @@ How a block is timed
    hold sized from what was just observed. A block too long for the launch queue
    (the host stalls inside a launch until the spin ends) fails twice and is then
    split into halves (a single call that fails twice fills the queue alone: later blocks
-   take the floor hold). ``last_block.hold_ok`` records the outcome.
+   take the floor hold). ``last_block.hold_ok`` records the outcome. A shorter *lead*
+   spin goes before the hold's opening event, so the hold is on the GPU when that event
+   is reached and the events time the hold alone (see ``_run_held``).
 2. **Cold** (``cold=True``, the default for claims): before each call the L2 cache is
    flushed by touching a buffer of ``flush_factor`` x L2 bytes
    (``torch.cuda.get_device_properties(i).L2_cache_size``), then one event pair is
@@ -111,59 +113,14 @@ from __future__ import annotations
 import gc
 import math
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from .cuda_device import FLUSH_MODES, Device, Event, TorchCudaDevice
 from .kernel_time import FOREIGN, NO_HOLD_RECORD, RECORDER_ERROR, Recorder, TagCounter, block_kernel_time
+from .blocks import BlockReport, lead_gap, split_calls
 from .timer import ENVELOPE, EVENTS, KERNEL, BlockTiming, TimerInfo
 
 __all__ = ["CudaTimer", "BlockReport", "split_calls", "Device", "Event", "TorchCudaDevice", "FLUSH_MODES"]
-
-@dataclass(frozen=True)
-class BlockReport:
-    """Diagnostics of the last ``sample`` call (all its held sub-blocks together).
-
-    ``hold_ok``: every sub-block's hold outlasted the host's queuing. ``attempts``: held
-    blocks run, retries included. ``queue_s``: host seconds spent queuing (kept
-    attempts). ``hold_s``: GPU seconds spent in holds. ``span_s``: GPU seconds from hold
-    start to the last event; ``envelope_s``: host seconds from before the hold to the
-    return of the device-wide sync; ``max_slack_s``: the largest envelope minus span of
-    a sub-block. ``foreign_work``: some sub-block's slack exceeded the tolerance, or the
-    recorder saw foreign records, and the sample is the host wall time (see the module
-    docstring). ``kernel_seconds``: the recorded kernel time per call (None without a
-    recorder or when it could not be trusted); ``record_s``: host seconds the recorder
-    took after the block; ``source`` and ``flags`` as in ``last_timing``.
-    """
-
-    calls: int
-    chunks: int
-    attempts: int
-    hold_ok: bool
-    queue_s: float
-    hold_s: float
-    span_s: float
-    envelope_s: float
-    max_slack_s: float
-    foreign_work: bool
-    event_seconds: float
-    returned_seconds: float
-    kernel_seconds: Optional[float] = None
-    record_s: float = 0.0
-    source: str = EVENTS
-    flags: Tuple[str, ...] = ()
-
-
-def split_calls(number: int, max_per_chunk: int) -> list[int]:
-    """``number`` calls cut into near-equal chunks of at most ``max_per_chunk``."""
-    if number < 1:
-        raise ValueError(f"number must be at least 1, got {number}")
-    if max_per_chunk < 1:
-        raise ValueError(f"max_per_chunk must be at least 1, got {max_per_chunk}")
-    k = -(-number // max_per_chunk)
-    base, extra = divmod(number, k)
-    return [base + 1] * extra + [base] * (k - extra)
-
 
 class CudaTimer:
     """CUDA-event timer with a held stream, optional L2 flush and a device-wide sync guard.
@@ -395,23 +352,9 @@ class CudaTimer:
         }
 
     def _learn_lead(self, recorded: Any, chunks: Sequence[Any]) -> None:
-        """Lengthen the lead spin by twice the largest gap the records show between a
-        lead's end and its hold's start (the GPU idled there, inside the hold's events:
-        the launch reached the GPU after the lead had ended; 76-97 us under CUPTI on an
-        H100, where the host's own time for the launch is shorter)."""
-        tps = float(self._ticks_per_second or recorded.ticks_per_second)
-        gap = 0.0
-        for c in chunks:
-            if c is None:
-                continue
-            leads = [r for r in recorded.records if r.tag == c.harness and r.timed]
-            holds = [r for r in recorded.records if r.tag == c.hold and r.timed]
-            if not leads or not holds:
-                continue
-            hold = min(holds, key=lambda r: r.start)
-            before = [r for r in leads if r.end <= hold.start]
-            if before:
-                gap = max(gap, (hold.start - max(r.end for r in before)) / tps)
+        """Lengthen the lead spin by twice the largest gap the records show between a lead's
+        end and its hold's start (:func:`.blocks.lead_gap`)."""
+        gap = lead_gap(recorded, chunks, float(self._ticks_per_second or recorded.ticks_per_second))
         if gap > 2e-6:
             self._lead_s = min(self.max_lead_s, self._lead_s + 2 * gap)
 
