@@ -231,25 +231,6 @@ def test_session_timer_batches_blocks_and_passes_their_findings_on():
     assert len(t.accounts) == 1  # single blocks (calibration) are not judged
 
 
-def test_session_timer_learns_a_blocks_fixed_cost_from_the_calibration_blocks():
-    clock = [0.0]
-
-    def run_blocks(reqs):  # each request: 2 ms of round trip and checks, 10 us a call, 1 us between calls
-        (side, n, _), = reqs
-        clock[0] += 2e-3 + n * 11e-6
-        return {"blocks": [{"seconds": 1e-5, "timed": n * 1e-5, "untimed": n * 1e-6, "recheck": 0.0, "checks": 0.0,
-                            "wall": n * 11e-6}], "wall": n * 11e-6}
-
-    t = SessionTimer(run_blocks, DefenceSettings(), envelope=True, clock=lambda: clock[0])
-    fn = SimpleNamespace(side="candidate")
-    assert t.block_costs("candidate") is None
-    for n in (1, 8, 64):
-        t.sample(fn, n)
-    fixed, per_call = t.block_costs("candidate")
-    assert fixed == pytest.approx(2e-3) and per_call == pytest.approx(11e-6)
-    assert t.block_costs("baseline") is None
-
-
 # --- plausibility ---------------------------------------------------------------------------
 
 def _est(speedup, cand_median=1e-3):

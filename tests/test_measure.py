@@ -109,41 +109,6 @@ def test_batches_do_not_overshoot_the_budget_by_more_than_a_round():
     assert cs.timed_seconds <= s.max_seconds + 2 * per_round
 
 
-class CostlyBlockTimer(FakeTimer):
-    """A FakeTimer that, like the parent's timer of a worker (``SessionTimer``), knows each
-    block's fixed cost: 1 ms beyond its calls, whatever their number."""
-
-    def block_costs(self, side):
-        return 1e-3, {"baseline": 2e-5, "candidate": 1e-5}[side]
-
-
-def test_blocks_grow_until_their_fixed_cost_is_a_small_fraction_of_them():
-    clock = FakeClock()
-    cs = run(CostlyBlockTimer(clock, seed=8, sigma=0.01), clock, 2e-5, 1e-5)
-    numbers = {s.side: {x.number for x in cs.samples if x.side == s.side} for s in cs.samples}
-    # 1 ms at most 5% of the block: 20 ms of calls, 1000 of the baseline's, 2000 of the candidate's
-    assert numbers == {"baseline": {1000}, "candidate": {2000}}, numbers
-    plain = run(FakeTimer(clock, seed=8, sigma=0.01), clock, 2e-5, 1e-5)
-    assert max(x.number for x in plain.samples) < 1000  # the timer without the cost keeps the calibrated size
-
-
-def test_grown_blocks_still_leave_min_rounds_in_the_budget():
-    clock = FakeClock()
-    s = MeasureSettings(warmup_seconds=0.01, min_rounds=10, min_seconds=0.01, max_seconds=0.1, target_ci=0.0001,
-                        min_block_seconds=0.001, bootstrap=200, max_block_overhead=0.001)
-    cs = run(CostlyBlockTimer(clock, seed=9, sigma=0.01), clock, 2e-5, 1e-5, s)
-    # 0.1 s over 2 sides x 10 rounds: 5 ms a block at most
-    assert {x.number for x in cs.samples if x.side == "candidate"} == {500}
-    assert max(x.round for x in cs.samples) + 1 >= s.min_rounds
-
-
-def test_max_block_overhead_must_be_a_fraction():
-    from expkit.core.errors import ConfigError
-
-    with pytest.raises(ConfigError, match="measure.max_block_overhead"):
-        MeasureSettings(max_block_overhead=0.0)
-
-
 class TwoFigureTimer(FakeTimer):
     """A FakeTimer that also reports a call time 3 us above the kernel time, as the
     CUDA timer with a kernel-time recorder does; ``batched`` answers in dicts, as

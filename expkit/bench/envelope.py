@@ -145,20 +145,6 @@ class SessionTimer:
         self.findings: List[Finding] = []
         self.method = "defended"
         self.info: Any = None  # the workers' timers' TimerInfo (set by the pair)
-        #: Per side, each single block's (fixed seconds, wall seconds per call): see :meth:`block_costs`.
-        self._costs: Dict[str, List[Tuple[float, float]]] = {}
-
-    def block_costs(self, side: str) -> Optional[Tuple[float, float]]:
-        """What one of ``side``'s blocks costs beyond its calls, and what a call costs, from
-        the single blocks timed so far (the block-size calibration): the median over them
-        of the parent's seconds less the worker's time in calls (timed and the per-call
-        work between them), and the last block's wall seconds per call (its calls and the
-        per-call work, the largest block's being the best estimate). None before any."""
-        got = self._costs.get(side)
-        if not got:
-            return None
-        fixed = sorted(f for f, _ in got)[len(got) // 2]
-        return fixed, got[-1][1]
 
     def sample(self, fn: Any, number: int) -> float:
         from ..timing.timer import BlockTiming
@@ -183,10 +169,6 @@ class SessionTimer:
             self.findings.extend(finding_from(f) for f in r.get("findings", ()))
             out.append(r.get("timing") or float(r["seconds"]))
         blocks = rep["blocks"]
-        if not judged:
-            for (side, number, _), r in zip(reqs, rep["blocks"]):
-                calls = float(r["timed"]) + float(r["untimed"])
-                self._costs.setdefault(side, []).append((max(0.0, envelope - calls), calls / max(1, number)))
         # Single blocks (the block-size calibration) are too short for the parent's
         # clock to judge against its own wake-up latency; batches are judged.
         if self._envelope and judged:

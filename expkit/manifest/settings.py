@@ -32,12 +32,6 @@ class MeasureSettings:
     own record (CUPTI; CUDA events when CUPTI is unavailable, and the result says
     why), ``events`` by CUDA events around the call; both figures are reported either way.
 
-    ``max_block_overhead``: where each block is a request to a worker process, the
-    harness's fixed cost of one block (the round trip and the checks around it, measured
-    during calibration) is at most this fraction of the block's wall time: blocks grow
-    past ``min_block_seconds`` until it is, up to the length that still leaves
-    ``min_rounds`` rounds in the process's budget.
-
     ``processes``: how many fresh worker pairs measure every case (replicates, see
     ``timing/measure.py``); the interval then covers the spread between processes as
     well as within one (``verdict/stats.py``). ``min_rounds`` holds in each process;
@@ -53,7 +47,6 @@ class MeasureSettings:
     target_ci: float = 0.01
     confidence: float = 0.95
     min_block_seconds: float = 0.005
-    max_block_overhead: float = 0.05
     input_sets: int = 4
     bootstrap: int = 2000
     cold: bool = True
@@ -65,9 +58,6 @@ class MeasureSettings:
         if self.timer not in TIMER_CHOICES:
             raise ConfigError(f"measure.timer: {self.timer!r} is not a timer; use one of "
                               + ", ".join(TIMER_CHOICES) + " (e.g. measure.timer=events)")
-        if not 0 < self.max_block_overhead <= 1:
-            raise ConfigError(f"measure.max_block_overhead: {self.max_block_overhead} is not a fraction in (0, 1]; "
-                              "give e.g. measure.max_block_overhead=0.05")
         if self.processes < 1:
             raise ConfigError(f"measure.processes: {self.processes} measures nothing; give at least 1 "
                               "(e.g. measure.processes=5)")

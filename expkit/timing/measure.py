@@ -232,22 +232,6 @@ def _own_width(samples: Sequence[Sample], replicate: int, settings: MeasureSetti
                              percentile=alone)
 
 
-def _past_overhead(timer: Timer, side: str, number: int, settings: MeasureSettings, budget: Share) -> int:
-    """``number``, grown until the timer's fixed cost of a block is at most
-    ``max_block_overhead`` of the block's wall time (a timer that sends each block to a
-    worker process, ``bench.envelope.SessionTimer``, knows that cost from calibration;
-    others keep ``number``). Never past the length that leaves ``min_rounds`` rounds of
-    both sides in this process's budget."""
-    costs = getattr(timer, "block_costs", None)
-    got = costs(side) if costs is not None else None
-    if not got or got[1] <= 0:
-        return number
-    fixed, per_call = got
-    want = math.ceil(fixed / (settings.max_block_overhead * per_call))
-    cap = int(budget.max_seconds / (2 * max(1, budget.min_rounds)) / per_call * (1 + 1e-9))  # 499.99.. is 500
-    return max(number, min(want, cap))
-
-
 def _sample_rounds(case: str, fns: Mapping[str, Callable[[], Any]], timer: Timer, settings: MeasureSettings,
                    budget: Share, *, replicate: int, rng: random.Random, clock: Callable[[], float],
                    progress: Optional[ProgressFn]) -> Tuple[List[Sample], str, float]:
@@ -258,7 +242,6 @@ def _sample_rounds(case: str, fns: Mapping[str, Callable[[], Any]], timer: Timer
     for side in SIDES:
         _warm_up(fns[side], budget.warmup_seconds / 2, clock)
     number = {side: calibrate(timer, fns[side], settings.min_block_seconds) for side in SIDES}
-    number = {side: _past_overhead(timer, side, number[side], settings, budget) for side in SIDES}
 
     samples: list[Sample] = []
     timed = 0.0
