@@ -15,11 +15,13 @@
 # Steps (each with its own time limit, so one slow step cannot take the others' time):
 #   info       device, driver, torch; `expkit doctor`
 #   tests      python -m pytest -m gpu
-#   tests:P,Q  python -m pytest -m gpu P Q
+#   tests:P,Q  python -m pytest -m gpu P Q (TESTS_LIMIT seconds, 300 by default; the whole GPU
+#              suite takes ~7 min, so split it over several such steps)
 #   examples   the GPU examples at measure=quick, one session
 #   kb:LIST    KernelBench level-1 problems LIST (comma-separated numbers) through the sweep
 #   kb2:LIST, kb3:LIST  the same for levels 2 and 3
 #   rerun      issue 15's reruns: benchmarks/rerun/{aa,pair}.yaml, 5 fresh invocations each
+#              (RERUN_GROUPS "aa pair", RERUN_N 5, RERUN_LIMIT 150 s a run)
 #   cost:LIST  benchmarks/harness_cost.py on the manifests kb:LIST wrote
 #   honest     the honest GPU example, 3 runs with each timer (kernel, events)
 #   advgpu     the GPU adversarial manifests through the CLI, with their reasons
@@ -68,9 +70,10 @@ for step in "$@"; do
     tests)
       step_limit 420 python3 -m pytest -m gpu tests -q -p no:cacheprovider --no-header -rf --durations=15 2>&1 \
         | tee "$B/gpu_tests.log" | tail -25 ;;
-    tests:*)  # some GPU tests only: tests:PATH,PATH
-      step_limit 300 python3 -m pytest -m gpu $(echo "${step#tests:}" | tr , ' ') -q -p no:cacheprovider --no-header -rf \
-        2>&1 | tee "$B/gpu_tests_some.log" | tail -15 ;;
+    tests:*)  # some GPU tests only: tests:PATH,PATH (each such step its own log: gpu_tests_part1.log, ...)
+      part=$(( ${part:-0} + 1 ))
+      step_limit ${TESTS_LIMIT:-300} python3 -m pytest -m gpu $(echo "${step#tests:}" | tr , ' ') -q -p no:cacheprovider \
+        --no-header -rf --durations=8 2>&1 | tee "$B/gpu_tests_part$part.log" | tail -15 ;;
     examples)
       for m in manifests/examples/gpu/*.yaml; do
         n=$(basename "$m" .yaml)
@@ -84,9 +87,9 @@ for step in "$@"; do
         --timeout 100 --budget $(( $(left) - 40 )) --results "$B/kb-l$lv.jsonl" --work /tmp/kb-work --copy-to "$B" \
         2>&1 | tail -30 ;;
     rerun)  # issue 15: five fresh invocations each of an A/A and an honest pair, then their agreement
-      for g in aa pair; do
-        for i in 1 2 3 4 5; do
-          step_limit 90 python3 -m expkit run benchmarks/rerun/$g.yaml --out "$B/rerun/$g/run-$i" --quiet \
+      for g in ${RERUN_GROUPS:-aa pair}; do
+        for i in $(seq 1 ${RERUN_N:-5}); do
+          step_limit ${RERUN_LIMIT:-150} python3 -m expkit run benchmarks/rerun/$g.yaml --out "$B/rerun/$g/run-$i" --quiet \
             > "$B/rerun-$g-$i.log" 2>&1
           echo "rerun $g $i exit $?" | tee -a "$B/steps.log"
         done

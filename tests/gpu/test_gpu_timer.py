@@ -71,13 +71,23 @@ def test_spin_of_known_cycles_matches_cupti_and_the_sm_clock(cycles, cold):
     timer.sample(fn, 10)
     tel = open_telemetry(0)
     tel.start()
+    blocks = []
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        measured = [timer.sample(fn, 10) for _ in range(5)]
+        for _ in range(5):
+            returned = timer.sample(fn, 10)
+            blocks.append((returned, timer.last_block))
         torch.cuda.synchronize()
     log = tel.stop()
     max_mhz = tel.info().max_sm_clock_mhz if isinstance(tel, NvmlTelemetry) else None
     tel.close()
-    got = statistics.mean(measured)
+    # The events' own figure. Under torch.profiler the host pays Kineto's costs at each
+    # launch and sync, so the host envelope can outlast the event span by more than the
+    # foreign-work tolerance and the block return the host's time instead (an upper bound,
+    # never lower than the events): +60-85 us a call on the H100 (gpu_tests_some_9778292.log).
+    # That fallback is tested by the side-stream test below; this one checks the events.
+    got = statistics.mean(b.event_seconds for _, b in blocks)
+    assert all(r >= 0.999 * b.event_seconds for r, b in blocks), blocks
+    why = [(b.source, round(b.max_slack_s * 1e6, 1), b.flags) for _, b in blocks]
     # The mean over the very spins the timer timed (holds left out), against the mean of
     # its per-call figures: the same kernels on both sides, so a clock that moves between
     # blocks moves both (a median over 50 spins and 5 holds against a median over 5
@@ -88,7 +98,7 @@ def test_spin_of_known_cycles_matches_cupti_and_the_sm_clock(cycles, cold):
     # H200, +0.9-1.1 us a call warm and +3.2-3.6 us cold (benchmarks/README.md). Allowed for,
     # with 2% on top; a flush inside the pair (~30 us) or launch gaps would not be.
     overhead = 3.5e-6 if cold else 1.2e-6
-    assert got == pytest.approx(cupti + overhead / 2, rel=0.02, abs=overhead / 2), (got, cupti)
+    assert got == pytest.approx(cupti + overhead / 2, rel=0.02, abs=overhead / 2), (got, cupti, why)
     # The spin counts SM cycles, so the time implies a clock. It can never exceed the
     # card's maximum: a timer that lost part of the spin would imply one that does.
     # NVML's own clock reading is no tighter reference: on an H200 right after a
@@ -104,7 +114,13 @@ def test_spin_of_known_cycles_matches_cupti_and_the_sm_clock(cycles, cold):
 
 @pytest.mark.parametrize("cold", [False, True])
 def test_side_stream_cannot_make_the_time_shorter_than_the_work(cold):
-    cycles = 400_000  # about 200 us at H100/H200 boost clocks
+    # About 1 ms a spin at H100/H200 boost clocks, so the 20 calls' side work (20 ms) outlasts
+    # any hold and the harness stream's last event. Side work that ends before that event is
+    # what the events cannot see (the module docstring's limit of the envelope check): with
+    # 200 us spins a 7 ms hold hid it all (gpu_tests_some_9778292.log). The preflight's
+    # trace check (every kernel on the harness stream) and the kernel timer's records are
+    # what catch such work; tests/adversarial/gpu/side_stream*.yaml show it.
+    cycles = 2_000_000
     warm_up()
     honest = CudaTimer(cold=False)
     side = torch.cuda.Stream()
