@@ -42,7 +42,9 @@ REPO=$(cd "$ROOT/.." && pwd)
 OUT=${OUT:-/tmp/out}
 B=/tmp/batch
 mkdir -p "$OUT" "$B"
+shopt -s nullglob  # .whl/audits/ is there only when audits run; an unmatched glob would stop pip
 python3 -m pip install -q --no-index --no-deps --target /tmp/site "$REPO"/.whl/*.whl "$REPO"/.whl/audits/*.whl 2>&1 | tail -2
+shopt -u nullglob
 export PYTHONPATH=/tmp/site:$ROOT
 cd "$ROOT"
 [ -e .kernelbench ] || ln -s "$REPO/.kernelbench" .kernelbench  # the audits name ../../.kernelbench
