@@ -41,7 +41,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 REPO=$(cd "$ROOT/.." && pwd)
 OUT=${OUT:-/tmp/out}
 B=/tmp/batch
-mkdir -p "$OUT" "$B"
+rm -rf "$B"; mkdir -p "$OUT" "$B"  # a warm machine keeps /tmp: start every call from an empty batch
 shopt -s nullglob  # .whl/audits/ is there only when audits run; an unmatched glob would stop pip
 python3 -m pip install -q --no-index --no-deps --target /tmp/site "$REPO"/.whl/*.whl "$REPO"/.whl/audits/*.whl 2>&1 | tail -2
 shopt -u nullglob

@@ -85,11 +85,14 @@ class Judge:
 
     # -- a trial ------------------------------------------------------------------------
     def expect(self, case: str, params: Mapping[str, Any], seed: int, first: bool,
-               cand_inputs: Optional[Sequence[Mapping[str, Any]]] = None) -> Dict[str, Any]:
-        """Build the trial's pristine inputs and the baseline's output on them."""
+               cand_inputs: Optional[Sequence[Mapping[str, Any]]] = None, probe: bool = False) -> Dict[str, Any]:
+        """Build the trial's pristine inputs and the baseline's output on them (``probe``:
+        the value probe's inputs; ``finite`` in the reply says whether every output is)."""
         self.importer.close()
         self._ref = None
         self.pristine = self.side.inputs(params, seed)
+        if probe:
+            preflight.signed_probe(self.pristine)
         with preflight.harness_threads():
             self.pristine_digest = digest(_tensors(self.pristine), self.key)
         found: List[Finding] = []
@@ -110,7 +113,11 @@ class Judge:
         if not self.clone_for_baseline and digest(_tensors(self.pristine), self.key) != self.pristine_digest:
             found.append(Finding("baseline", False, "the baseline wrote to its inputs, so it cannot run on the "
                                  "pristine inputs without a copy: give the run more memory or fix the baseline", case))
-        return {"findings": [asdict(f) for f in found]}
+        reply: Dict[str, Any] = {"findings": [asdict(f) for f in found]}
+        if probe:
+            reply["finite"] = all(bool(t.isfinite().all()) for t in oracles.flatten(self.expected)
+                                  if getattr(t, "is_floating_point", lambda: False)())
+        return reply
 
     def judge(self, case: str, params: Mapping[str, Any], trial: int, declared: bool, calibrate: bool,
               inputs: Sequence[Mapping[str, Any]], outputs: Sequence[Mapping[str, Any]], where: str) -> Dict[str, Any]:

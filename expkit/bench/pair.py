@@ -34,9 +34,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..checks import expectations, preflight
 from ..checks.identity import kernel_row, target_findings
-from ..checks.preflight import UNINITIALISED, CaseRun, IdentitySummary, PreflightResult
+from ..checks.preflight import CaseRun, IdentitySummary, PreflightResult
 from ..core.errors import ExpkitError
-from ..core.findings import WARNING, Finding, finding_from
+from ..core.findings import Finding, finding_from
 from ..manifest.settings import Settings
 from .channel import ChannelError
 from .clock import CLOCK
@@ -46,12 +46,9 @@ from .fallback import FALLBACK
 from .memory import GiB, MemoryPlan, plan
 from .side import BASELINE, CANDIDATE, LAST_CALL
 from .traces import trace_from_dict
+from .trial import correctness_trial, findings_of as _findings
 
 MEMORY = "memory"
-
-
-def _findings(reply: Mapping[str, Any]) -> List[Finding]:
-    return [finding_from(f) for f in reply.get("findings", ())]
 
 
 def _gib(n: Optional[int]) -> str:
@@ -183,12 +180,18 @@ class Pair:
         identities: List[IdentitySummary] = []
         runs = preflight.expand_cases(m.cases, m.inputs.free, s.edge_cases)
         checked: List[str] = []
+        # The value probe (preflight.signed_probe) is the first case's last trial, or a trial
+        # of its own when there is only one: it costs no extra call where trials >= 2.
+        probe_trial = (max(s.trials, 2) - 1) if m.expect.value_probe else -1
         for run in runs:
             trials = s.trials if run.declared else 1
+            if run is runs[0] and probe_trial >= trials:
+                trials = probe_trial + 1
             failed = False
             skipped = False
             for trial in range(trials):
-                verdict = self._trial(run, trial, run_seed, defended)
+                probe = run is runs[0] and trial == probe_trial
+                verdict = correctness_trial(self, run, trial, run_seed, defended, probe)
                 findings += verdict.findings
                 if verdict.skip:
                     skipped = True
@@ -207,70 +210,8 @@ class Pair:
             findings += _findings(ep.request("finish_preflight"))
         return PreflightResult(tuple(findings), tuple(checked), tuple(identities))
 
-    def _trial(self, run: CaseRun, trial: int, run_seed: int, defended: bool) -> "_Trial":
-        b, c = self.b, self.c
-        seed = preflight.derive_seed(run_seed, run.name, trial)
-        params = dict(run.params)
-        cand_first = defended and trial % 2 == 1
-        where = f"(trial {trial}{', candidate ran first' if cand_first else ''}, params {params})"
-        out = _Trial()
-        ci = c.request("trial_inputs", params=params, seed=seed)
-
-        def expect() -> bool:
-            rep = b.request("expect", case=run.name, params=params, seed=seed, first=trial == 0,
-                            cand_inputs=ci["inputs"])
-            out.findings += _findings(rep)
-            if "raised" in rep:
-                if run.declared:
-                    raise ExpkitError(f"{self.lm.path}: the baseline raised {rep['raised']} on its own inputs for case "
-                                      f"{run.name!r} (params {params}): the reference must run on the cases it "
-                                      "declares; fix the baseline or the case")
-                out.findings.append(Finding("edge-case", True, f"skipped: the baseline itself raised {rep['raised']} at "
-                                            f"params {params}, so these sizes are outside what it computes",
-                                            run.name, severity=WARNING))
-                out.skip = True
-                return False
-            return True
-
-        if not cand_first and not expect():
-            return out
-        cc = c.request("trial_call", case=run.name, params=params, poison=True)
-        out.findings += _findings(cc)
-        if "raised" in cc:
-            if cc.get("oom"):
-                out.findings.append(self._oom_finding(run, cc["raised"]))
-            else:
-                out.findings.append(Finding("crash", False, f"candidate raised {cc['raised']} on params {params}",
-                                            run.name))
-            out.failed = True
-            b.request("release")
-            return out
-        if cand_first and not expect():
-            return out
-        if any(not f.ok and f.invalidates for f in out.findings):
-            out.failed = True
-        if "defect" in cc:
-            out.findings.append(Finding("output", False, cc["defect"], run.name))
-            out.failed = True
-            b.request("release")
-            return out
-        j = b.request("judge", case=run.name, params=params, trial=trial, declared=run.declared,
-                      calibrate=self.settings.oracle.calibrate, inputs=ci["inputs"], outputs=cc["outputs"],
-                      where=where)
-        judged = _findings(j)
-        if j.get("poison_only") and defended:
-            rr = c.request("rerun")
-            if "outputs" in rr and b.request("poison_check", outputs=rr["outputs"],
-                                             first_outputs=cc["outputs"])["uninitialised"]:
-                judged = [_uninitialised(f, where) if f.check.startswith("oracle:") and not f.ok else f
-                          for f in judged]
-        out.findings += judged
-        if any(not f.ok and f.invalidates for f in judged):
-            out.failed = True
-        b.request("release")
-        return out
-
-    def _oom_finding(self, run: CaseRun, error: str) -> Finding:
+    def oom_finding(self, run: CaseRun, error: str) -> Finding:
+        """The candidate's out-of-memory, with the baseline's plain call's figures beside it."""
         probe = self.evidence.get("probe", {})
         return Finding(MEMORY, False, f"the candidate ran out of memory at params {dict(run.params)} ({error}) where "
                        f"the baseline's plain call peaked at {_gib(probe.get('peak_bytes'))} with "
@@ -376,21 +317,6 @@ def _timer_info(d: Optional[Mapping[str, Any]]) -> Any:
     from ..timing.timer import TimerInfo
 
     return TimerInfo.coerce(d)
-
-
-class _Trial:
-    def __init__(self) -> None:
-        self.findings: List[Finding] = []
-        self.failed = False
-        self.skip = False
-
-
-def _uninitialised(f: Finding, where: str) -> Finding:
-    return Finding(UNINITIALISED, False,
-                   "NaN where the baseline is finite, within the oracle everywhere else, and not NaN when run again "
-                   "without poison: new allocations are NaN-filled while the candidate runs, so these elements were "
-                   f"never written or were computed from uninitialised memory; {f.message}", f.case,
-                   figure=f.figure, threshold=f.threshold)
 
 
 class CaseSides:

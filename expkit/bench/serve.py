@@ -30,11 +30,11 @@ class Server:
         self.judge: Optional[Judge] = Judge(side) if side.role == BASELINE else None
         self._ops: Dict[str, Callable[[Mapping[str, Any]], Dict[str, Any]]] = {
             "hello": self._hello, "ping": lambda m: {}, "probe": self._probe, "configure": self._configure,
-            "trial_inputs": lambda m: self.side.trial_inputs(m["params"], int(m["seed"])),
+            "trial_inputs": lambda m: self.side.trial_inputs(m["params"], int(m["seed"]), bool(m.get("probe"))),
             "trial_call": lambda m: self.side.trial_call(m["case"], m["params"], bool(m.get("poison", True))),
             "rerun": lambda m: self.side.rerun(),
             "expect": lambda m: self._judge().expect(m["case"], m["params"], int(m["seed"]), bool(m["first"]),
-                                                     m.get("cand_inputs")),
+                                                     m.get("cand_inputs"), bool(m.get("probe"))),
             "judge": lambda m: self._judge().judge(m["case"], m["params"], int(m["trial"]), bool(m["declared"]),
                                                    bool(m["calibrate"]), m["inputs"], m["outputs"], m["where"]),
             "poison_check": lambda m: {"uninitialised": self._judge().poison_check(m["outputs"],

@@ -110,10 +110,6 @@ def set_cpu_threads(threads: Optional[int]) -> None:
         torch.set_num_threads(int(threads))
 
 
-def _short_error(e: BaseException) -> str:
-    return preflight.short_error(e)
-
-
 class SideBench:
     """One side's code and the defences around it (see the module docstring)."""
 
@@ -174,16 +170,19 @@ class SideBench:
         return preflight.build_inputs(self.factory, params, seed, self.device, self.lm)
 
     # -- preflight ------------------------------------------------------------------------
-    def trial_inputs(self, params: Mapping[str, Any], seed: int) -> Dict[str, Any]:
-        """Build one trial's inputs; the candidate's are placed in shared memory and exported."""
+    def trial_inputs(self, params: Mapping[str, Any], seed: int, probe: bool = False) -> Dict[str, Any]:
+        """Build one trial's inputs; the candidate's are placed in shared memory and exported.
+        ``probe``: the value probe's inputs; ``probed`` in the reply lists the inputs it shifted."""
         self.exporter.release_exports()
         self.trial_outputs = None
         args = self.inputs(params, seed)
+        probed = preflight.signed_probe(args) if probe else ()
         if self.role == CANDIDATE:
             args = tuple(self.exporter.place(a) for a in args)
         self.trial_inputs_ = args
         descs = self.exporter.export([a for a in args if _is_tensor(a)])
-        return {"inputs": descs, "positions": [i for i, a in enumerate(args) if _is_tensor(a)]}
+        return {"inputs": descs, "positions": [i for i, a in enumerate(args) if _is_tensor(a)],
+                "probed": list(probed)}
 
     def trial_call(self, case: str, params: Mapping[str, Any], poison: bool = True) -> Dict[str, Any]:
         """One checked call on this trial's inputs; the outputs exported for the judge."""
@@ -198,7 +197,7 @@ class SideBench:
                 out = preflight.call_synced(self.witness if self.role == CANDIDATE else self.fn, args)
         except Exception as e:
             oom = isinstance(e, torch.OutOfMemoryError)
-            return {"raised": _short_error(e), "oom": oom, "findings": []}
+            return {"raised": preflight.short_error(e), "oom": oom, "findings": []}
         if self.defended:
             grown = new_activity(active_before, activity())
             if grown:
@@ -228,7 +227,7 @@ class SideBench:
         try:
             again = preflight.call_synced(self.fn, preflight.clone_inputs(self.trial_inputs_))
         except Exception as e:
-            return {"raised": _short_error(e)}
+            return {"raised": preflight.short_error(e)}
         self._rerun = again  # kept alive until the next trial
         return {"outputs": self.exporter.export(list(oracles.flatten(again)))}
 

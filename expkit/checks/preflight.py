@@ -30,7 +30,7 @@ import os
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -165,6 +165,36 @@ def expand_cases(cases: Sequence[Case], free: Sequence[str], edge: bool) -> Tupl
                     seen.add(key)
                     runs.append(CaseRun(f"{base.name}/{dim}={size}", params, False))
     return tuple(runs)
+
+
+#: The check that names the value probe's findings (:func:`signed_probe`).
+VALUE_PROBE = "value-probe"
+
+
+def signed_probe(values: Sequence[Any]) -> Tuple[int, ...]:
+    """The value probe: shift, in place, every floating input the factory drew all >= 0 so
+    that it takes both signs (``x -> 2x - max(x)``: ``torch.rand``'s [0, 1) becomes [-1, 1)).
+
+    An op checked only on non-negative inputs cannot tell ReLU from a copy, ``abs`` from
+    nothing, or a clamp at zero from none; KernelBench's level-1 problems all draw their
+    inputs with ``torch.rand``, so a solution that returns its input passes ReLU there
+    (manifests/kernelbench-wrong/passthrough_relu.yaml). Returns the positions shifted
+    (none when every floating input already has a negative value, or is constant). Each
+    storage is shifted once, so two inputs that are views of one tensor stay consistent."""
+    shifted: List[int] = []
+    seen: set = set()
+    with torch.no_grad():
+        for i, v in enumerate(values):
+            if not (isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel() > 1):
+                continue
+            key = v.untyped_storage().data_ptr()
+            lo, hi = torch.aminmax(v)
+            if key in seen or not (bool(lo >= 0) and bool(hi > lo) and bool(torch.isfinite(hi))):
+                continue
+            seen.add(key)
+            v.mul_(2).sub_(hi)
+            shifted.append(i)
+    return tuple(shifted)
 
 
 def clone_inputs(values: Sequence[Any]) -> Tuple[Any, ...]:

@@ -273,9 +273,9 @@ def describe(e: OutputError, n_outputs: int, how: str, factor: float) -> str:
         rule = (f"|candidate - baseline| <= 2 x (C sqrt(K) u + eps) x max|baseline| = 2 x ({e.bound:g} x sqrt({e.k}) x "
                 f"u + eps) x {e.scale:.3g} = {e.allowed:.3g}")
         return f"{which}rounding rule ({how}; {e.k_how}): worst error {e.err_c:.3g}, allowed {rule}"
-    times = f"{e.err_c / e.err_b:.3g}x the baseline's" if e.err_b > 0 else "the baseline's is 0"
+    times = f"{e.err_c / e.err_b:.3g}x the baseline's {e.err_b:.3g}" if e.err_b > 0 else "the baseline's is 0"
     return (f"{which}rounding rule (against a {how}; {e.k_how}): the candidate's worst error {e.err_c:.3g} "
-            f"({times} {e.err_b:.3g}); allowed F x err_b + (C sqrt(K) u + eps) x max|ref| = "
+            f"({times}); allowed F x err_b + (C sqrt(K) u + eps) x max|ref| = "
             f"{factor:g} x {e.err_b:.3g} + ({e.bound:g} x sqrt({e.k}) x u + eps) x {e.scale:.3g} = {e.allowed:.3g}")
 
 

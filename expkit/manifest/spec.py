@@ -143,6 +143,10 @@ class Expect:
     allow: Tuple[str, ...] = ()
     launch: Tuple[LaunchExpect, ...] = ()
     same_stream: bool = True
+    #: The value probe: one correctness trial of the first case with every floating input
+    #: the factory drew all >= 0 shifted to take both signs (``checks/preflight.py``,
+    #: ``signed_probe``). False when the claim covers non-negative inputs only.
+    value_probe: bool = True
     #: A speedup above this (default: the runner's ``defences.max_plausible_speedup``,
     #: 10x) is never ``supported`` without a second look; raise it here to acknowledge
     #: that a larger factor is expected (see docs/threat-model.md, "plausibility").

@@ -76,15 +76,17 @@ def events_clock_hz(short: int = 200_000, long: int = 400_000) -> float:
 
 
 def beside(timer: CudaTimer, cycles: int, number: int = 8, samples: int = 5) -> float:
-    """The median over ``samples`` of the timer's figure for a spin over the events'
-    figure for the same spin taken right after it: 1.0 when the timer reads the spin's
-    own length, whatever the clock did between samples."""
+    """The median over ``samples`` of the timer's figure for a spin over the events' figure
+    for the same spin taken right before and right after it (their mean, so a clock that
+    moves steadily cancels): 1.0 when the timer reads the spin's own length, whatever the
+    clock did between samples."""
     timer.sample(spin(cycles), number)
     ratios = []
     for _ in range(samples):
+        before = events_per_spin(cycles, number)
         got = timer.sample(spin(cycles), number)
         assert timer.last_timing.source == "kernel", timer.last_timing
-        ratios.append(got / events_per_spin(cycles, number))
+        ratios.append(got / ((before + events_per_spin(cycles, number)) / 2))
     return statistics.median(ratios)
 
 
@@ -116,14 +118,20 @@ def test_spins_of_known_cycles_within_one_percent_of_cycles_over_the_clock(cold)
         assert ratio == pytest.approx(1.0, rel=0.01), (cycles, ratio)
     # Short spins: the difference of two spans is the difference of their cycles over
     # the clock, within 1% (the fixed start-up cancels): the ticks are read right. The
-    # clock is read before and after, and must not have moved by more than 1% between.
-    hz0 = events_clock_hz()
-    a = kernel_median(timer, spin(2_000), number=64)
-    b = kernel_median(timer, spin(24_000), number=64)
-    hz1 = events_clock_hz()
-    assert hz1 == pytest.approx(hz0, rel=0.01), (hz0, hz1)
-    hz = (hz0 + hz1) / 2
-    assert b - a == pytest.approx(22_000 / hz, rel=0.01), (a, b, 22_000 / hz)
+    # clock is read right before and after each pair of samples: on the H100 it moved
+    # 1.9% over the few seconds of five samples a side (1985 then 1948 MHz, at 7f81c8d),
+    # so one reading for all of them is not a reference.
+    for t in (spin(2_000), spin(24_000)):
+        timer.sample(t, 64)
+    ratios = []
+    for _ in range(7):
+        hz0 = events_clock_hz()
+        a = timer.sample(spin(2_000), 64)
+        b = timer.sample(spin(24_000), 64)
+        hz1 = events_clock_hz()
+        assert timer.last_timing.source == "kernel", timer.last_timing
+        ratios.append((b - a) * (hz0 + hz1) / 2 / 22_000)
+    assert statistics.median(ratios) == pytest.approx(1.0, rel=0.01), ratios
 
 
 def test_harness_kernels_are_not_in_the_kernel_time():
@@ -214,13 +222,17 @@ def test_collection_does_not_change_a_kernels_duration_by_more_than_one_percent(
     plain, recorded = CudaTimer(cold=False), CudaTimer(cold=False, recorder=recorder())
     for t in (plain, recorded):
         t.sample(fn, 32)
-    off, on = [], []
-    for _ in range(5):  # interleaved, so clock drift hits both
-        plain.sample(fn, 32)
-        off.append(plain.last_timing.call_seconds)
-        recorded.sample(fn, 32)
-        on.append(recorded.last_timing.call_seconds)
-    assert statistics.median(on) == pytest.approx(statistics.median(off), rel=0.01), (on, off)
+    ratios = []
+    for i in range(8):  # each round's ratio of two neighbours, in alternating order: clock drift cancels
+        got = {}
+        for name in ("off", "on") if i % 2 == 0 else ("on", "off"):
+            t = recorded if name == "on" else plain
+            t.sample(fn, 32)
+            got[name] = t.last_timing.call_seconds
+        ratios.append(got["on"] / got["off"])
+    # On the H100 at 7f81c8d the medians of five samples a side, taken in turn, differed by
+    # 2.5% (106 and 108.7 us) while the spin's own length moved 101.5-109 us within the test.
+    assert statistics.median(ratios) == pytest.approx(1.0, rel=0.01), ratios
 
 
 def test_torch_profiler_before_the_recorder_leaves_the_spans_right():

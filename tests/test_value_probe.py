@@ -1,0 +1,117 @@
+"""The value probe: one preflight trial with every input the factory drew all >= 0 shifted
+to both signs, so that an op checked only on non-negative inputs (KernelBench's level 1
+draws every input with ``torch.rand``) cannot pass a copy of its input for a ReLU."""
+
+import importlib
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from expkit.bench.in_process import preflight_in_process
+from expkit.checks import preflight
+from expkit.manifest import load
+from expkit.manifest.settings import OracleSettings
+
+OPS = textwrap.dedent('''
+    import torch
+    def rand(params, gen, device):
+        return (torch.rand(params["n"], generator=gen, device=device),)
+    def rand_and_scale(params, gen, device):
+        return (torch.rand(params["n"], generator=gen, device=device), 3)
+    def relu(x): return torch.relu(x)
+    def relu_by_clamp(x): return x.clamp(min=0)
+    def relu_by_max(x): return torch.maximum(x, torch.zeros_like(x))
+    def passthrough(x): return x.clone()
+    def abs_(x): return x.abs()
+    def log(x): return torch.log(x)
+    def log_by_hand(x): return torch.log2(x) * 0.6931471805599453
+    def sqrt(x): return torch.sqrt(x)
+    def rsqrt_inverse(x): return 1.0 / torch.rsqrt(x)
+    def scale_relu(x, k): return torch.relu(x) * k
+    def scale_passthrough(x, k): return x * k
+''')
+
+
+def _preflight(tmp_path, baseline, candidate, factory="rand", expect=""):
+    (tmp_path / "ops.py").write_text(OPS)
+    (tmp_path / "m.yaml").write_text(textwrap.dedent(f'''
+        name: probe
+        claim: {{speedup: 1.0}}
+        baseline: ops:{baseline}
+        candidate: ops:{candidate}
+        inputs: {{factory: "ops:{factory}"}}
+        cases: [{{name: c, params: {{n: 4096}}}}]
+    ''') + expect)
+    lm = load(tmp_path / "m.yaml")
+    sys.path.insert(0, str(tmp_path))
+    sys.modules.pop("ops", None)
+    try:
+        ops = importlib.import_module("ops")
+    finally:
+        sys.path.remove(str(tmp_path))
+    return preflight_in_process(lm, getattr(ops, baseline), getattr(ops, candidate), getattr(ops, factory),
+                                run_seed=3, settings=OracleSettings(), device="cpu")
+
+
+def _probe_findings(res):
+    return [f for f in res.findings if f.check == preflight.VALUE_PROBE or "value probe" in f.message]
+
+
+def test_a_copy_of_the_input_passes_relu_on_rand_inputs_but_not_the_probe(tmp_path):
+    res = _preflight(tmp_path, "relu", "passthrough")
+    assert res.invalid
+    bad = [f for f in res.findings if not f.ok and f.invalidates]
+    assert bad and all("value probe" in f.message for f in bad), [(f.check, f.message) for f in bad]
+    assert "expect.value_probe: false" in bad[0].message  # the fix, where the claim is for x >= 0 only
+
+
+def test_a_copy_of_the_input_passes_abs_only_without_the_probe(tmp_path):
+    assert _preflight(tmp_path, "abs_", "passthrough").invalid
+    off = _preflight(tmp_path, "abs_", "passthrough", expect="expect: {value_probe: false}\n")
+    assert not off.invalid  # the probe is what catches it: it can be switched off, and says how
+    assert not _probe_findings(off)
+
+
+@pytest.mark.parametrize("candidate", ["relu_by_clamp", "relu_by_max"])
+def test_honest_relus_through_other_ops_pass_the_probe(tmp_path, candidate):
+    res = _preflight(tmp_path, "relu", candidate)
+    assert not res.invalid, [(f.check, f.message) for f in res.findings if not f.ok]
+    (f,) = [f for f in res.findings if f.check == preflight.VALUE_PROBE]
+    assert f.ok and "shifted to both signs" in f.message
+
+
+@pytest.mark.parametrize("baseline,candidate", [("log", "log_by_hand"), ("sqrt", "rsqrt_inverse")])
+def test_outside_the_baselines_own_domain_the_probe_is_not_judged(tmp_path, baseline, candidate):
+    """log and sqrt of negative inputs are NaN for the baseline too: the probe says so as a
+    warning and the run stays valid (a false alarm here would be a harness bug)."""
+    res = _preflight(tmp_path, baseline, candidate)
+    assert not res.invalid, [(f.check, f.message) for f in res.findings if not f.ok]
+    (f,) = [f for f in res.findings if f.check == preflight.VALUE_PROBE]
+    assert f.ok and f.severity == "warning" and "not judged" in f.message and "not finite" in f.message
+
+
+def test_non_tensor_arguments_are_left_alone(tmp_path):
+    assert not _preflight(tmp_path, "scale_relu", "scale_relu", factory="rand_and_scale").invalid
+    assert _preflight(tmp_path, "scale_relu", "scale_passthrough", factory="rand_and_scale").invalid
+
+
+def test_signed_probe_shifts_non_negative_floating_inputs_to_both_signs():
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(1000, generator=g)
+    y = torch.randn(1000, generator=g)  # already both signs: left alone
+    i = torch.arange(10)  # integers: left alone
+    c = torch.ones(10)  # constant: shifting it would make it all one value again
+    before = y.clone(), i.clone(), c.clone()
+    expect = 2 * x - x.max()
+    assert preflight.signed_probe([x, y, i, c, 5]) == (0,)
+    assert torch.equal(x, expect) and x.min() < 0 < x.max()
+    assert torch.equal(y, before[0]) and torch.equal(i, before[1]) and torch.equal(c, before[2])
+
+
+def test_signed_probe_shifts_a_shared_storage_once():
+    x = torch.rand(64)
+    expect = 2 * x - x.max()
+    assert preflight.signed_probe([x, x.view(8, 8)]) == (0,)  # one storage, shifted once, not twice
+    assert torch.equal(x, expect)
