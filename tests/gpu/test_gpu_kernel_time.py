@@ -2,9 +2,10 @@
 
 The reference is independent of CUPTI: ``torch.cuda._sleep(cycles)`` spins one thread
 on the SM's cycle counter, so its length is ``cycles / clock``, and the clock is
-measured here with CUDA events around back-to-back spins of the same length (the
-events' own microseconds are 0.2% of eight 200 us spins), taken right beside each
-timed sample: the SM clock moves between minutes (the H100 run of 2026-11-23 read a
+measured here with CUDA events around back-to-back spins of two lengths, from the
+difference (which cancels the gap between kernels and the events' own microseconds;
+:func:`events_clock_hz`), taken right beside each timed sample: the SM clock moves
+within seconds and between minutes (the H100 run of 2026-11-23 read a
 400,000-cycle spin at 212-251 us in one session), so a reference taken at another moment
 is not one. Needs ``cupti-python`` (``pip install 'expkit[gpu]'``).
 """
@@ -76,17 +77,20 @@ def events_clock_hz(short: int = 200_000, long: int = 400_000) -> float:
 
 
 def beside(timer: CudaTimer, cycles: int, number: int = 8, samples: int = 5) -> float:
-    """The median over ``samples`` of the timer's figure for a spin over the events' figure
-    for the same spin taken right before and right after it (their mean, so a clock that
-    moves steadily cancels): 1.0 when the timer reads the spin's own length, whatever the
-    clock did between samples."""
+    """The median over ``samples`` of the timer's figure for a spin over the spin's own
+    length, ``cycles`` over the clock read right before and right after it (their mean, so
+    a clock that moves steadily cancels): 1.0 when the timer reads the spin's own length,
+    whatever the clock did between samples. Not the events' figure for the same spins:
+    that holds the gap between back-to-back kernels, and read a 400,000-cycle spin 1.1%
+    long against the kernel record (H100, 2600cf0), where the clock from two lengths'
+    difference cancels the gap."""
     timer.sample(spin(cycles), number)
     ratios = []
     for _ in range(samples):
-        before = events_per_spin(cycles, number)
+        before = events_clock_hz()
         got = timer.sample(spin(cycles), number)
         assert timer.last_timing.source == "kernel", timer.last_timing
-        ratios.append(got / ((before + events_per_spin(cycles, number)) / 2))
+        ratios.append(got / (cycles / ((before + events_clock_hz()) / 2)))
     return statistics.median(ratios)
 
 
