@@ -14,7 +14,7 @@
 # Set DEADLINE=560 (see below) when the device call's own limit is 600 s.
 # Steps (each with its own time limit, so one slow step cannot take the others' time):
 #   info       device, driver, torch; `expkit doctor`
-#   tests      python -m pytest -m gpu
+#   tests      python -m pytest -m gpu (540 s at most; the whole suite took 426 s on the H100, 2026-11-24)
 #   tests:P,Q  python -m pytest -m gpu P Q (TESTS_LIMIT seconds, 300 by default; the whole GPU
 #              suite takes ~7 min, so split it over several such steps)
 #   examples   the GPU examples at measure=quick, one session
@@ -70,7 +70,7 @@ for step in "$@"; do
         cat "$ROOT/COMMIT" 2>/dev/null || true; } | tee "$B/device.txt"
       step_limit 60 python3 -m expkit doctor > "$B/doctor.txt" 2>&1; tail -5 "$B/doctor.txt" ;;
     tests)
-      step_limit 420 python3 -m pytest -m gpu tests -q -p no:cacheprovider --no-header -rf --durations=15 2>&1 \
+      step_limit 540 python3 -m pytest -m gpu tests -q -p no:cacheprovider --no-header -rf --durations=15 2>&1 \
         | tee "$B/gpu_tests.log" | tail -25 ;;
     tests:*)  # some GPU tests only: tests:PATH,PATH (each such step its own log: gpu_tests_part1.log, ...)
       part=$(( ${part:-0} + 1 ))
@@ -96,7 +96,8 @@ for step in "$@"; do
           echo "rerun $g $i exit $?" | tee -a "$B/steps.log"
         done
       done
-      python3 benchmarks/rerun_agreement.py "$B/rerun/aa" "$B/rerun/pair" --out "$B/rerun" 2>&1 | tail -20 ;;
+      python3 benchmarks/rerun_agreement.py $(for g in ${RERUN_GROUPS:-aa pair}; do echo "$B/rerun/$g"; done) --out "$B/rerun" \
+        2>&1 | tail -20 ;;
     cost:*)  # after kb:LIST: the harness's cost against one plain call, on the sweep's manifests
       ms=()
       for n in $(echo "${step#cost:}" | tr , ' '); do ms+=( /tmp/kb-work/level1/manifests/${n}_*.yaml ); done
