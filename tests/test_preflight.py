@@ -208,3 +208,38 @@ def test_a_candidate_the_vacuous_oracle_passes_and_the_rounding_rule_rejects_is_
     assert res.invalid
     (f,) = [f for f in res.findings if f.check == "calibration:allclose"]
     assert f.severity == "invalid" and "nor does the candidate pass the rounding rule" in f.message
+
+
+COUNTING = textwrap.dedent('''
+    import gc
+    import torch
+    SEEN = []
+    def inputs(params, gen, device):
+        return (torch.rand(params["n"], generator=gen, device=device),)
+    def base(x): return x * 2
+    def counting(x):
+        if torch._C._autograd._profiler_enabled():  # the identity check's profiled call
+            SEEN.append(sum(1 for o in gc.get_objects() if type(o) is torch.Tensor and o.numel() == x.numel()))
+        return x + x
+''')
+
+
+def test_the_profiled_call_runs_without_the_trials_tensors(tmp_path):
+    """Regression (KernelBench 38_L1Norm on the H100, 8 GiB of input): the trials' inputs,
+    outputs and held tensors and the judge's pristine inputs and expected output stayed
+    alive through the identity check's profiled calls, and the candidate's ran out of
+    memory where a plain call fits. Here both sides share this process, so every tensor
+    of the case's size alive during the profiled call is counted: only its own input."""
+    (tmp_path / "cnt.py").write_text(COUNTING)
+    (tmp_path / "m.yaml").write_text("name: t\nclaim: {speedup: 1.0}\nbaseline: cnt:base\ncandidate: cnt:counting\n"
+                                     "inputs: {factory: cnt:inputs}\ncases: [{name: c, params: {n: 12347}}]\n")
+    lm = load(tmp_path / "m.yaml")
+    import importlib, sys
+    sys.path.insert(0, str(tmp_path))
+    sys.modules.pop("cnt", None)
+    k = importlib.import_module("cnt")
+    sys.path.remove(str(tmp_path))
+    res = preflight_in_process(lm, k.base, k.counting, k.inputs, run_seed=1, settings=OracleSettings(), device="cpu",
+                               identity=True)
+    assert not res.invalid, failures(res)
+    assert k.SEEN == [1]

@@ -221,8 +221,11 @@ class Pair:
     def _identity(self, run: CaseRun, run_seed: int) -> Tuple[List[Finding], Optional[IdentitySummary]]:
         seed = preflight.derive_seed(run_seed, run.name, "identity")
         params = dict(run.params)
-        # One side at a time, each giving its device cache back after (two at once ran
-        # KernelBench's HuberLoss, 8 GiB of inputs, out of memory on an H100).
+        # Both sides first drop their trials' tensors, then profile one at a time, each giving
+        # its device cache back after (two at once ran KernelBench's HuberLoss, 8 GiB of
+        # inputs, out of memory on an H100; the trials' tensors kept alive, its L1Norm).
+        for ep in (self.c, self.b):
+            ep.request("end_trials")
         cp = self.c.request("profile", case=run.name, params=params, seed=seed)
         bp = self.b.request("profile", case=run.name, params=params, seed=seed)
         if "raised" in cp:

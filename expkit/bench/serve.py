@@ -41,6 +41,7 @@ class Server:
                                                                                    m["first_outputs"])},
             "release": self._release,
             "profile": self._profile,
+            "end_trials": self._end_trials,
             "finish_preflight": self._finish_preflight,
             "watch": lambda m: self.side.watch(list(m["names"])),
             "prepare": lambda m: self.side.prepare(m["case"], int(m["run_seed"]), int(m["salt_seed"]),
@@ -109,6 +110,13 @@ class Server:
         out = self.side.finish_preflight()
         self._return_cached_memory()
         return out
+
+    def _end_trials(self, m: Mapping[str, Any]) -> Dict[str, Any]:
+        if self.judge is not None:
+            self.judge.finish()
+        self.side.end_trials()
+        self._return_cached_memory()
+        return {}
 
     def _profile(self, m: Mapping[str, Any]) -> Dict[str, Any]:
         out = self.side.profile(m["case"], m["params"], int(m["seed"]))

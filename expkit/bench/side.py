@@ -47,7 +47,7 @@ from .fallback import ExceptionWitness, candidate_files
 from .fresh import FreshInputs
 from .tamper import TAMPER, FunctionSnapshot
 from .traces import trace_to_dict
-from .transport import Exporter
+from .transport import Exporter, structure
 
 BASELINE, CANDIDATE = "baseline", "candidate"
 ROLES = (BASELINE, CANDIDATE)
@@ -212,7 +212,7 @@ class SideBench:
         outs = oracles.flatten(out)
         self.held = tuple(t for t in self.trial_inputs_ if _is_tensor(t)) + tuple(outs)
         self.trial_outputs = out
-        return {"outputs": self.exporter.export(list(outs)), "structure": _structure(out),
+        return {"outputs": self.exporter.export(list(outs)), "structure": structure(out),
                 "findings": [asdict(f) for f in found]}
 
     def rerun(self) -> Dict[str, Any]:
@@ -261,9 +261,14 @@ class SideBench:
                  ] if odd and self.defended else []
         return {"findings": [asdict(f) for f in found]}
 
-    def finish_preflight(self) -> Dict[str, Any]:
+    def end_trials(self) -> None:
+        """Drop the trials' tensors (inputs, outputs, those held, a rerun's): a case's profiled
+        calls come next, and 3 copies of KernelBench's 8 GiB L1Norm left them out of memory."""
         self.exporter.release_exports()
-        self.trial_inputs_, self.trial_outputs, self.held = (), None, ()
+        self.trial_inputs_, self.trial_outputs, self.held, self._rerun = (), None, (), None
+
+    def finish_preflight(self) -> Dict[str, Any]:
+        self.end_trials()
         found = self.tamper_findings("during the preflight", None) if self.defended else []
         return {"findings": [asdict(f) for f in found]}
 
@@ -348,7 +353,7 @@ class SideBench:
                 tensors = [t for t in pristine if _is_tensor(t)]
                 kept = {"inputs": self.exporter.export(tensors), "outputs": self.exporter.export(
                     list(oracles.flatten(out))), "positions": [i for i, a in enumerate(pristine) if _is_tensor(a)],
-                    "structure": _structure(out)}
+                    "structure": structure(out)}
                 cs.keep_alive = (out, pristine)
         fresh = [f for f in found if (f.check, f.message.split(":")[0]) not in cs.reported]
         cs.reported.update((f.check, f.message.split(":")[0]) for f in found)
@@ -479,19 +484,6 @@ def _is_tensor(v: Any) -> bool:
     import torch
 
     return isinstance(v, torch.Tensor)
-
-
-def _structure(out: Any) -> Any:
-    """The shape of an output's nesting (tensor, tuple/list, dict), to rebuild it after transport."""
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return "t"
-    if isinstance(out, (tuple, list)):
-        return [_structure(o) for o in out]
-    if isinstance(out, dict):
-        return {"dict": [[k, _structure(out[k])] for k in sorted(out)]}
-    return None
 
 
 def _no_factory(params: Mapping[str, Any], generator: Any, device: str) -> Tuple[Any, ...]:

@@ -313,3 +313,14 @@ def unpack(skeleton: Any, tensors: Sequence[torch.Tensor]) -> Any:
         if "$repr" in skeleton:
             return skeleton["$repr"]
     return skeleton
+
+
+def structure(out: Any) -> Any:
+    """The shape of an output's nesting (tensor, tuple/list, dict), to rebuild it after transport."""
+    if isinstance(out, torch.Tensor):
+        return "t"
+    if isinstance(out, (tuple, list)):
+        return [structure(o) for o in out]
+    if isinstance(out, dict):
+        return {"dict": [[k, structure(out[k])] for k in sorted(out)]}
+    return None
