@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from expkit.bench.memory import GiB, measure_call, plan
@@ -106,3 +107,46 @@ def test_a_baseline_that_cannot_run_once_ends_with_exit_5_a_report_and_no_traceb
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     assert result["verdict"] == "inconclusive" and "exit code 5" in result["reasons"][0]
     assert (tmp_path / "run" / "report.md").is_file()
+
+
+OOM_SIDES = '''
+import torch
+def inputs(params, gen, device):
+    return (torch.randn(64, generator=gen, device=device),)
+def base(x):
+    return x * 2
+def oom_always(x):
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+def oom_when_profiled(x):
+    if torch._C._autograd._profiler_enabled():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+    return x + x
+'''
+
+
+@pytest.mark.parametrize("candidate,where", [("oom_always", "trial 0"), ("oom_when_profiled", "while profiled")])
+def test_a_candidate_out_of_memory_is_a_memory_finding_in_the_trials_and_in_the_profiled_call(tmp_path, candidate,
+                                                                                              where):
+    """Out of memory is an outcome (issue 19), in a trial and in the identity check's profiled
+    call alike (KernelBench 38_L1Norm on the H100 ran out there, and it read as a plain crash)."""
+    import importlib
+    import sys
+
+    from expkit.bench.in_process import preflight_in_process
+    from expkit.manifest import load
+    from expkit.manifest.settings import OracleSettings
+
+    (tmp_path / "oomsides.py").write_text(OOM_SIDES)
+    (tmp_path / "m.yaml").write_text(f"name: t\nclaim: {{speedup: 1.0}}\nbaseline: oomsides:base\n"
+                                     f"candidate: oomsides:{candidate}\ninputs: {{factory: oomsides:inputs}}\n"
+                                     "cases: [{name: c, params: {}}]\nexpect: {forbid_baseline: false}\n")
+    sys.path.insert(0, str(tmp_path))
+    sys.modules.pop("oomsides", None)
+    k = importlib.import_module("oomsides")
+    sys.path.remove(str(tmp_path))
+    res = preflight_in_process(load(tmp_path / "m.yaml"), k.base, getattr(k, candidate), k.inputs, run_seed=1,
+                               settings=OracleSettings(), device="cpu", identity=True)
+    bad = [f for f in res.findings if not f.ok and f.invalidates]
+    assert res.invalid and [f.check for f in bad] == ["memory"], [(f.check, f.message) for f in bad]
+    assert "the candidate ran out of memory" in bad[0].message and "Tried to allocate 8.00 GiB" in bad[0].message
+    assert where in bad[0].message

@@ -229,6 +229,8 @@ class Pair:
         cp = self.c.request("profile", case=run.name, params=params, seed=seed)
         bp = self.b.request("profile", case=run.name, params=params, seed=seed)
         if "raised" in cp:
+            if cp.get("oom"):
+                return [self.oom_finding(run, f"{cp['raised']}, while profiled")], None
             return [Finding("crash", False, f"candidate raised {cp['raised']} while profiled", run.name)], None
         if "raised" in bp:
             return [Finding("baseline", False, f"baseline raised {bp['raised']} while profiled", run.name)], None

@@ -236,6 +236,8 @@ class SideBench:
         same shapes (steady state: a compiled side has compiled, lazy initialisation is
         done, and nothing the profiled call computes was computed before), as a
         plain-data trace."""
+        import torch
+
         from ..checks import recording
 
         fn = self.witness if self.role == CANDIDATE else self.fn
@@ -247,7 +249,7 @@ class SideBench:
             _, tr = recording.capture(lambda: fn(*args), cuda=self.device == "cuda")
             del args
         except Exception as e:
-            return {"raised": f"{type(e).__name__}: {e}"}
+            return {"raised": f"{type(e).__name__}: {e}", "oom": isinstance(e, torch.OutOfMemoryError)}
         swallowed = list(getattr(self.witness, "swallowed", ())) if self.role == CANDIDATE else []
         return {"trace": trace_to_dict(tr), "swallowed": [list(s) for s in swallowed]}
 

@@ -94,7 +94,7 @@ def _trial(pair: Any, run: CaseRun, trial: int, run_seed: int, defended: bool, p
     out.findings += findings_of(cc)
     if "raised" in cc:
         if cc.get("oom"):
-            out.findings.append(pair.oom_finding(run, cc["raised"]))
+            out.findings.append(pair.oom_finding(run, f"{cc['raised']} {where}"))
         else:
             out.findings.append(Finding("crash", False, f"candidate raised {cc['raised']} {where}", run.name))
         out.failed = True
