@@ -9,12 +9,13 @@ baseline's process, which judges: :mod:`.judge`). The phases:
 2. **memory plan**: the baseline's worker makes one plain call; :func:`.memory.plan`
    decides what the harness may hold (:meth:`Pair.plan_memory`).
 3. **preflight** (:meth:`Pair.preflight`): for every case and every added awkward
-   size, correctness trials on fresh inputs from the run's secret seed -- the
+   size, correctness trials (:mod:`.trial`) on fresh inputs from the run's secret seed -- the
    candidate builds its inputs and exports them, the baseline builds the same ones and
    its expected output, the candidate runs once under poisoned allocations (odd trials
    before the baseline does), and the baseline's worker judges: input digests (the
    two sides got the same inputs; the candidate did not write to them), the oracles,
-   the null-output calibration, the ``uninitialised`` diagnosis. Then one profiled call
+   the null-output calibration, the ``uninitialised`` diagnosis; one trial, the value
+   probe, on inputs shifted to both signs. Then one profiled call
    per side, one side after the other, checked against ``expect:`` and the target.
 4. **measurement** (:meth:`Pair.sides`): the measurement loop's two sides and a timer
    that sends each block to its side's worker, in the loop's order, and a kept call's

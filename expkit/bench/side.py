@@ -265,7 +265,8 @@ class SideBench:
 
     def end_trials(self) -> None:
         """Drop the trials' tensors (inputs, outputs, those held, a rerun's): a case's profiled
-        calls come next, and 3 copies of KernelBench's 8 GiB L1Norm left them out of memory."""
+        calls come next, and with them alive KernelBench's 38_L1Norm (8 GiB of input) ran
+        the candidate out of memory in its profiled call on an H100."""
         self.exporter.release_exports()
         self.trial_inputs_, self.trial_outputs, self.held, self._rerun = (), None, (), None
 

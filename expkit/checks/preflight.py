@@ -179,8 +179,9 @@ def signed_probe(values: Sequence[Any]) -> Tuple[int, ...]:
     nothing, or a clamp at zero from none; KernelBench's level-1 problems all draw their
     inputs with ``torch.rand``, so a solution that returns its input passes ReLU there
     (manifests/kernelbench-wrong/passthrough_relu.yaml). Returns the positions shifted
-    (none when every floating input already has a negative value, or is constant). Each
-    storage is shifted once, so two inputs that are views of one tensor stay consistent."""
+    (none when every floating input already has a negative value, or is constant). A
+    storage is shifted at most once, through the first input on it, so an input passed
+    twice (or as a view) is not shifted twice."""
     shifted: List[int] = []
     seen: set = set()
     with torch.no_grad():
