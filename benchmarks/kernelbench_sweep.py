@@ -705,6 +705,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args.work = args.work.resolve()
     copy_dir = args.copy_to if args.copy_to is not None else (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
     args.copy_results = [copy_dir.resolve() / args.results.name] if copy_dir is not None else []
+    # A copy that is the results file itself (--copy-to its own folder) would record each problem twice.
+    args.copy_results = [p for p in args.copy_results if p != args.results]
     if args.copy_results and args.results.is_file() and not args.copy_results[0].exists():
         # The copy starts with what is already recorded, so it alone is a complete record.
         args.copy_results[0].parent.mkdir(parents=True, exist_ok=True)
