@@ -178,3 +178,25 @@ def test_the_two_sides_are_profiled_one_after_the_other():
     profiles = [e for e in log if e[2] == "profile"]
     assert profiles == [("ask", "candidate", "profile"), ("got", "candidate", "profile"),
                         ("ask", "baseline", "profile"), ("got", "baseline", "profile")]
+
+
+def test_both_sides_time_on_inputs_in_the_memory_the_factory_made():
+    """Regression (KernelBench 7 and 9 on CPU, 2026-11-24): the candidate's timed input sets
+    were placed in shared memory, the baseline's were not, and honest matmuls read 0.4-0.8x,
+    three times slower in some processes. No timed input set is in an exported segment now;
+    a kept call's inputs are copied out when the recheck exports them."""
+    lm = load(MANIFEST)
+    side = SideBench(lm, Settings(), "cpu", CANDIDATE, fn=chain, factory=make_inputs, local=False)
+    try:
+        side.prepare(lm.manifest.cases[0].name, run_seed=1, salt_seed=2, input_sets=2, keep_pristine=False)
+        sets = side.case.fresh.sets
+        assert len(sets) == 2 and all(side.exporter._segment_of(t) is None for s in sets for t in s)
+        side.case.timer = RetryingTimer(side.case.before, side.case.after, 0)
+        side.case.begin(LAST_CALL)
+        side.case.timer.sample(side.case.call, 4)
+        out, inputs = side.case.kept
+        exported = side.exporter.export(list(inputs))  # the recheck's export: a copy, the same values
+        assert len(exported) == 3 and torch.equal(out, chain(*inputs))
+    finally:
+        side.exporter.release_exports()
+        side.close()

@@ -398,10 +398,12 @@ class CaseState:
                  keep_pristine: bool) -> None:
         self.bench, self.name = bench, case.name
         device, s = bench.device, bench.settings
+        # Both sides time on inputs in the same kind of memory, made by the factory: the
+        # candidate's placed in shared memory (to export a kept call's with no copy) made
+        # honest KernelBench matmuls on CPU read 0.4-0.8x, three times slower in some
+        # processes (benchmarks/results/kernelbench_cpu_l1_shrink64_2026-11-24.md).
         sets = [bench.inputs(case.params, preflight.derive_seed(run_seed, case.name, "time", k))
                 for k in range(max(1, input_sets))]
-        if bench.role == CANDIDATE:  # in shared memory, so that a kept call's inputs export with no copy
-            sets = [tuple(bench.exporter.place(a) for a in s) for s in sets]
         rebuild = lambda seed: bench.inputs(case.params, seed)  # noqa: E731
         mode = s.defences.fresh if bench.defended else "off"
         self.fresh = FreshInputs(sets, mode, random.Random(salt_seed), rebuild)
