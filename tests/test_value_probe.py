@@ -115,3 +115,35 @@ def test_signed_probe_shifts_a_shared_storage_once():
     expect = 2 * x - x.max()
     assert preflight.signed_probe([x, x.view(8, 8)]) == (0,)  # one storage, shifted once, not twice
     assert torch.equal(x, expect)
+
+
+class _Worker:
+    """A side's worker as the parent sees it: canned replies, and the requests it was sent."""
+
+    def __init__(self, **replies):
+        self.replies, self.sent = replies, []
+
+    def request(self, op, **payload):
+        self.sent.append((op, payload))
+        return dict(self.replies.get(op, {}))
+
+
+def test_what_the_probe_shifted_is_the_baselines_word_not_the_candidates():
+    """A candidate's worker that says it shifted nothing cannot turn the probe into a plain
+    trial: the parent takes the list from the baseline's worker, which builds the same inputs."""
+    from types import SimpleNamespace
+
+    from expkit.bench.trial import correctness_trial
+    from expkit.checks.preflight import CaseRun
+
+    c = _Worker(trial_inputs={"inputs": [], "positions": [0], "probed": []},
+                trial_call={"outputs": [], "findings": []})
+    b = _Worker(expect={"findings": [], "probed": [0], "finite": True},
+                judge={"findings": [{"check": "oracle:rounding", "ok": False, "message": "worst error 1",
+                                     "case": "c"}]})
+    pair = SimpleNamespace(b=b, c=c, lm=SimpleNamespace(path="m.yaml"),
+                           settings=SimpleNamespace(oracle=SimpleNamespace(calibrate=True)))
+    out = correctness_trial(pair, CaseRun("c", {"n": 8}, True), trial=2, run_seed=1, defended=True, probe=True)
+    assert ("expect", ) == tuple(op for op, m in b.sent if op == "expect" and m["probe"])
+    (bad,) = [f for f in out.findings if not f.ok]
+    assert out.failed and bad.message.startswith("on the value probe (inputs [0]")

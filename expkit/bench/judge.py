@@ -87,12 +87,12 @@ class Judge:
     def expect(self, case: str, params: Mapping[str, Any], seed: int, first: bool,
                cand_inputs: Optional[Sequence[Mapping[str, Any]]] = None, probe: bool = False) -> Dict[str, Any]:
         """Build the trial's pristine inputs and the baseline's output on them (``probe``:
-        the value probe's inputs; ``finite`` in the reply says whether every output is)."""
+        the value probe's inputs; ``probed`` in the reply lists the inputs it shifted, and
+        ``finite`` says whether every output is)."""
         self.importer.close()
         self._ref = None
         self.pristine = self.side.inputs(params, seed)
-        if probe:
-            preflight.signed_probe(self.pristine)
+        probed = preflight.signed_probe(self.pristine) if probe else ()
         with preflight.harness_threads():
             self.pristine_digest = digest(_tensors(self.pristine), self.key)
         found: List[Finding] = []
@@ -109,11 +109,11 @@ class Judge:
             import torch
 
             return {"raised": preflight.short_error(e), "oom": isinstance(e, torch.OutOfMemoryError),
-                    "findings": [asdict(f) for f in found]}
+                    "findings": [asdict(f) for f in found], "probed": list(probed)}
         if not self.clone_for_baseline and digest(_tensors(self.pristine), self.key) != self.pristine_digest:
             found.append(Finding("baseline", False, "the baseline wrote to its inputs, so it cannot run on the "
                                  "pristine inputs without a copy: give the run more memory or fix the baseline", case))
-        reply: Dict[str, Any] = {"findings": [asdict(f) for f in found]}
+        reply: Dict[str, Any] = {"findings": [asdict(f) for f in found], "probed": list(probed)}
         if probe:
             reply["finite"] = all(bool(t.isfinite().all()) for t in oracles.flatten(self.expected)
                                   if getattr(t, "is_floating_point", lambda: False)())

@@ -10,7 +10,8 @@ On the **value probe** trial (:func:`~expkit.checks.preflight.signed_probe`) eve
 input the factory drew all >= 0 is shifted to both signs first, on both sides. Where
 the baseline itself raises or gives values that are not finite there (a log, a square
 root), the probe is a warning, not judged; otherwise it is judged like any trial, and
-its failures say what was shifted and how to switch the probe off.
+its failures say what was shifted and how to switch the probe off. What was shifted is
+the baseline's worker's word: the candidate's worker cannot make the probe a plain trial.
 """
 
 from __future__ import annotations
@@ -60,21 +61,24 @@ def _trial(pair: Any, run: CaseRun, trial: int, run_seed: int, defended: bool, p
     cand_first = defended and trial % 2 == 1
     out = Trial()
     ci = c.request("trial_inputs", params=params, seed=seed, probe=probe)
-    probed = list(ci.get("probed") or [])
-    probe = probe and bool(probed)  # every floating input already took both signs: a plain trial
-    out.probed = tuple(probed) if probe else ()
     where = f"(trial {trial}{', candidate ran first' if cand_first else ''}, params {params})"
 
     def expect() -> bool:
         rep = b.request("expect", case=run.name, params=params, seed=seed, first=trial == 0,
                         cand_inputs=ci["inputs"], probe=probe)
         out.findings += findings_of(rep)
-        if probe and ("raised" in rep or not rep.get("finite", True)):
+        # What the probe shifted is the baseline's worker's word, never the candidate's: a
+        # candidate that said "nothing" would otherwise turn the probe into a plain trial.
+        # Nothing shifted (every floating input already took both signs): a plain trial.
+        out.probed = tuple(rep.get("probed") or ()) if probe else ()
+        if out.probed and ("raised" in rep or not rep.get("finite", True)):
             # Outside the baseline's own domain (a log, a square root, a loss of
             # probabilities): nothing to hold the candidate to there.
             why = f"raised {rep['raised']}" if "raised" in rep else "gave values that are not finite"
-            out.findings.append(Finding(preflight.VALUE_PROBE, True, f"not judged: on inputs {probed} shifted to "
-                                        f"both signs the baseline itself {why}", run.name, severity=WARNING))
+            out.findings.append(Finding(preflight.VALUE_PROBE, True, f"not judged: on inputs {list(out.probed)} "
+                                        f"shifted to both signs the baseline itself {why}", run.name,
+                                        severity=WARNING))
+            out.probed = ()  # not judged: its failures are not the probe's
             return False  # the case stays checked: its other trials were judged
         if "raised" in rep:
             if run.declared:
@@ -93,6 +97,8 @@ def _trial(pair: Any, run: CaseRun, trial: int, run_seed: int, defended: bool, p
     cc = c.request("trial_call", case=run.name, params=params, poison=True)
     out.findings += findings_of(cc)
     if "raised" in cc:
+        if probe and cand_first:  # before the baseline's word: the candidate's own list, for the message only
+            out.probed = tuple(ci.get("probed") or ())
         if cc.get("oom"):
             out.findings.append(pair.oom_finding(run, f"{cc['raised']} {where}"))
         else:
@@ -122,9 +128,9 @@ def _trial(pair: Any, run: CaseRun, trial: int, run_seed: int, defended: bool, p
     out.findings += judged
     if any(not f.ok and f.invalidates for f in judged):
         out.failed = True
-    elif probe:
+    elif out.probed:
         out.findings.append(Finding(preflight.VALUE_PROBE, True, f"the candidate matched the baseline with inputs "
-                                    f"{probed} shifted to both signs", run.name))
+                                    f"{list(out.probed)} shifted to both signs", run.name))
     b.request("release")
     return out
 
