@@ -22,12 +22,13 @@ Every method returns plain data.
 
 from __future__ import annotations
 
+import math
 import secrets
 from dataclasses import asdict, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..checks import oracles, preflight
-from ..checks.chunks import flat_chunks, max_abs_diff
+from ..checks.chunks import flat_chunks, max_abs, max_abs_diff
 from ..checks.digest import digest
 from ..core.findings import WARNING, Finding
 from ..manifest.spec import PER_CALL_ORACLE_KINDS, Oracle
@@ -115,8 +116,8 @@ class Judge:
                                  "pristine inputs without a copy: give the run more memory or fix the baseline", case))
         reply: Dict[str, Any] = {"findings": [asdict(f) for f in found], "probed": list(probed)}
         if probe:
-            reply["finite"] = all(bool(t.isfinite().all()) for t in oracles.flatten(self.expected)
-                                  if getattr(t, "is_floating_point", lambda: False)())
+            reply["finite"] = all(math.isfinite(max_abs(t)) for t in oracles.flatten(self.expected)
+                                  if t.is_floating_point() or t.is_complex())
         return reply
 
     def judge(self, case: str, params: Mapping[str, Any], trial: int, declared: bool, calibrate: bool,
