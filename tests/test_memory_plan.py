@@ -129,22 +129,15 @@ def test_a_candidate_out_of_memory_is_a_memory_finding_in_the_trials_and_in_the_
                                                                                               where):
     """Out of memory is an outcome (issue 19), in a trial and in the identity check's profiled
     call alike (KernelBench 38_L1Norm on the H100 ran out there, and it read as a plain crash)."""
-    import importlib
-    import sys
-
     from expkit.bench.in_process import preflight_in_process
-    from expkit.manifest import load
     from expkit.manifest.settings import OracleSettings
+    from sides import load_sides
 
-    (tmp_path / "oomsides.py").write_text(OOM_SIDES)
-    (tmp_path / "m.yaml").write_text(f"name: t\nclaim: {{speedup: 1.0}}\nbaseline: oomsides:base\n"
-                                     f"candidate: oomsides:{candidate}\ninputs: {{factory: oomsides:inputs}}\n"
-                                     "cases: [{name: c, params: {}}]\nexpect: {forbid_baseline: false}\n")
-    sys.path.insert(0, str(tmp_path))
-    sys.modules.pop("oomsides", None)
-    k = importlib.import_module("oomsides")
-    sys.path.remove(str(tmp_path))
-    res = preflight_in_process(load(tmp_path / "m.yaml"), k.base, getattr(k, candidate), k.inputs, run_seed=1,
+    lm, k = load_sides(tmp_path, "oomsides", OOM_SIDES,
+                       f"name: t\nclaim: {{speedup: 1.0}}\nbaseline: oomsides:base\ncandidate: oomsides:{candidate}\n"
+                       "inputs: {factory: oomsides:inputs}\ncases: [{name: c, params: {}}]\n"
+                       "expect: {forbid_baseline: false}\n")
+    res = preflight_in_process(lm, k.base, getattr(k, candidate), k.inputs, run_seed=1,
                                settings=OracleSettings(), device="cpu", identity=True)
     bad = [f for f in res.findings if not f.ok and f.invalidates]
     assert res.invalid and [f.check for f in bad] == ["memory"], [(f.check, f.message) for f in bad]

@@ -230,15 +230,10 @@ def test_the_profiled_call_runs_without_the_trials_tensors(tmp_path):
     alive through the identity check's profiled calls, and the candidate's ran out of
     memory where a plain call fits. Here both sides share this process, so every tensor
     of the case's size alive during the profiled call is counted: only its own input."""
-    (tmp_path / "cnt.py").write_text(COUNTING)
-    (tmp_path / "m.yaml").write_text("name: t\nclaim: {speedup: 1.0}\nbaseline: cnt:base\ncandidate: cnt:counting\n"
-                                     "inputs: {factory: cnt:inputs}\ncases: [{name: c, params: {n: 12347}}]\n")
-    lm = load(tmp_path / "m.yaml")
-    import importlib, sys
-    sys.path.insert(0, str(tmp_path))
-    sys.modules.pop("cnt", None)
-    k = importlib.import_module("cnt")
-    sys.path.remove(str(tmp_path))
+    from sides import load_sides
+
+    lm, k = load_sides(tmp_path, "cnt", COUNTING, "name: t\nclaim: {speedup: 1.0}\nbaseline: cnt:base\n"
+                       "candidate: cnt:counting\ninputs: {factory: cnt:inputs}\ncases: [{name: c, params: {n: 12347}}]\n")
     res = preflight_in_process(lm, k.base, k.counting, k.inputs, run_seed=1, settings=OracleSettings(), device="cpu",
                                identity=True)
     assert not res.invalid, failures(res)

@@ -2,8 +2,6 @@
 to both signs, so that an op checked only on non-negative inputs (KernelBench's level 1
 draws every input with ``torch.rand``) cannot pass a copy of its input for a ReLU."""
 
-import importlib
-import sys
 import textwrap
 
 import pytest
@@ -11,8 +9,8 @@ import torch
 
 from expkit.bench.in_process import preflight_in_process
 from expkit.checks import preflight
-from expkit.manifest import load
 from expkit.manifest.settings import OracleSettings
+from sides import load_sides
 
 OPS = textwrap.dedent('''
     import torch
@@ -35,8 +33,7 @@ OPS = textwrap.dedent('''
 
 
 def _preflight(tmp_path, baseline, candidate, factory="rand", expect=""):
-    (tmp_path / "ops.py").write_text(OPS)
-    (tmp_path / "m.yaml").write_text(textwrap.dedent(f'''
+    lm, ops = load_sides(tmp_path, "ops", OPS, textwrap.dedent(f'''
         name: probe
         claim: {{speedup: 1.0}}
         baseline: ops:{baseline}
@@ -44,13 +41,6 @@ def _preflight(tmp_path, baseline, candidate, factory="rand", expect=""):
         inputs: {{factory: "ops:{factory}"}}
         cases: [{{name: c, params: {{n: 4096}}}}]
     ''') + expect)
-    lm = load(tmp_path / "m.yaml")
-    sys.path.insert(0, str(tmp_path))
-    sys.modules.pop("ops", None)
-    try:
-        ops = importlib.import_module("ops")
-    finally:
-        sys.path.remove(str(tmp_path))
     return preflight_in_process(lm, getattr(ops, baseline), getattr(ops, candidate), getattr(ops, factory),
                                 run_seed=3, settings=OracleSettings(), device="cpu")
 
