@@ -279,6 +279,7 @@ def run_manifest(manifest: Path, run_dir: Path, args: argparse.Namespace) -> Dic
         "expkit_wall_s": (result or {}).get("wall_seconds"),
         "peak_gpu_gib": None if info["peak_gpu_bytes"] is None else round(info["peak_gpu_bytes"] / GIB, 3),
         "peak_host_gib": None if info["peak_host_bytes"] is None else round(info["peak_host_bytes"] / GIB, 3),
+        **_memory_fields(result),
         "traceback": "Traceback (most recent call last)" in stderr,
         "timed_out": info["timed_out"],
         "error": one_line_error(stdout, stderr, result, info["rc"], info["timed_out"], args.timeout),
@@ -287,6 +288,30 @@ def run_manifest(manifest: Path, run_dir: Path, args: argparse.Namespace) -> Dic
         "cmd": " ".join(cmd),
     }
     return rec
+
+
+def _memory_fields(result: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The run's memory plan's plain-call peak and each worker's largest allocator peak and
+    the request it happened in (result.json 4's ``memory.measured``; on the host, the
+    resident set)."""
+    mem = (result or {}).get("memory") or {}
+    out: Dict[str, Any] = {"plain_peak_gib": None if mem.get("plain_peak_bytes") is None
+                           else round(mem["plain_peak_bytes"] / GIB, 3), "worker_peaks": None}
+    measured = mem.get("measured") or {}
+    if measured:
+        peaks = {}
+        for role, side in measured.items():
+            p = (side.get("peaks") or {})
+            got = p.get("peak_reserved") or p.get("peak_rss")
+            if got:
+                peaks[role] = [round(got["bytes"] / GIB, 2), got["request"]]
+        out["worker_peaks"] = peaks
+    return out
+
+
+def _worker_peaks(r: Dict[str, Any]) -> str:
+    peaks = r.get("worker_peaks") or {}
+    return " / ".join(f"{role[0]} {v[0]:.2f} `{v[1]}`" for role, v in sorted(peaks.items()))
 
 
 # --- identity mode ----------------------------------------------------------------------------
@@ -549,15 +574,18 @@ def render_markdown(records: Sequence[Dict[str, Any]], mode: str) -> str:
                   "`measure=quick`: a working harness says `supported` (or, at worst, `inconclusive`). `wall s` is",
                   "the whole `expkit run` command; `peak GiB` is the GPU's memory in use at its highest less",
                   "before the run (NVML; on CPU, the highest proportional set size of expkit's process tree); `tb`: stderr held a",
-                  "Python traceback.", "",
-                  "| problem | KernelBench commit | expkit | kind | verdict | speedup | interval | wall s | peak GiB | rc | tb | error |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "Python traceback. `plain GiB`: one plain call's peak (the memory plan's probe); `worker peaks`:",
+                  "each worker's allocator peak (b baseline, c candidate; resident set on CPU) and the request it",
+                  "happened in (result.json's `memory.measured`).", "",
+                  "| problem | KernelBench commit | expkit | kind | verdict | speedup | interval | wall s | peak GiB | plain GiB | worker peaks | rc | tb | error |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             peak = r.get("peak_gpu_gib") if r.get("peak_gpu_gib") is not None else r.get("peak_host_gib")
             lines.append(f"| {r['problem']} | {r.get('kernelbench_commit', '')[:7]} | {str(r.get('expkit_rev', ''))[:7]} | "
                          f"{r.get('kind', '')} | "
                          f"{r.get('verdict', '')} | {_fmt(r.get('speedup'))} | {_interval(r)} | "
-                         f"{_fmt(r.get('wall_s'), 1)} | {_fmt(peak, 2)} | {_cell(r.get('exit_code'))} | "
+                         f"{_fmt(r.get('wall_s'), 1)} | {_fmt(peak, 2)} | {_fmt(r.get('plain_peak_gib'), 2)} | "
+                         f"{_worker_peaks(r)} | {_cell(r.get('exit_code'))} | "
                          f"{'Y' if r.get('traceback') else ''} | {_cell(r.get('error'))[:200]} |")
     else:
         caught = sum(1 for r in rows if r.get("caught"))

@@ -209,9 +209,10 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
     result = _result(lm, settings, v, findings, pre, estimates, measured, claims, env, run_seed, started, wall,
                      _cost(wall, device, env, settings), telemetry_note)
     result.update(_v2_fields(lm, result, rows, clock_logs, telemetry_note))
+    ledger = pair.evidence.pop("ledger", None)
     result["defences"] = {"enabled": settings.defences.enabled, **pair.evidence}
     result["timing"].update(timing_section(measured, keeps))
-    result["memory"] = memory.to_dict() if memory is not None else None
+    result["memory"] = _memory_section(memory, ledger)
     result["end_to_end"] = e2e.to_dict() if e2e is not None else None
     stages.mark("judge")
     result["stages"] = dict(stages.seconds)
@@ -219,6 +220,19 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
     store.write_json(out_dir / store.RESULT, result)
     run_report.write(out_dir, plots=plots)
     return RunOutcome(v.verdict, v.exit_code, out_dir, result)
+
+
+def _memory_section(memory: Any, ledger: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
+    """result.json's ``memory``: the plan (null fields where none was made) and what each
+    side's requests measured (``bench.ledger``)."""
+    if memory is None and not ledger:
+        return None
+    from .bench.ledger import peaks
+
+    out = memory.to_dict() if memory is not None else {"input_sets": None, "notes": ["no memory plan was made"]}
+    out["measured"] = ({role: {"peaks": peaks(rows), "requests": rows} for role, rows in ledger.items()}
+                       if ledger else None)
+    return out
 
 
 def _write_unrun(lm: LoadedManifest, settings: Settings, out_dir: Path, env: Mapping[str, Any], run_seed: int,
@@ -234,7 +248,9 @@ def _write_unrun(lm: LoadedManifest, settings: Settings, out_dir: Path, env: Map
     result = _result(lm, settings, v, findings, preflight.PreflightResult((), ()), {}, {}, claims, env, run_seed,
                      started, wall, _cost(wall, m.device, env, settings), note)
     result.update(_v2_fields(lm, result, [], {}, note))
+    ledger = pair.evidence.pop("ledger", None)
     result["defences"] = {"enabled": settings.defences.enabled, **pair.evidence}
+    result["memory"] = _memory_section(None, ledger)
     store.write_samples(out_dir / store.SAMPLES, [])
     store.write_json(out_dir / store.RESULT, result)
     run_report.write(out_dir)

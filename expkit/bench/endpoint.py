@@ -270,6 +270,8 @@ class WorkerEndpoint:
         self.told = False
         self._closed = False
         self.start_method = ctx.get_start_method()
+        #: The worker's request ledger (:mod:`.ledger`), from its goodbye; None until then.
+        self.ledger: Optional[Dict[str, Any]] = None
 
     def pid(self) -> Optional[int]:
         return self.proc.pid
@@ -330,7 +332,8 @@ class WorkerEndpoint:
         if self.broken is None and self.proc.is_alive():
             try:
                 self.ch.send({"op": "close"})
-                self.ch.recv(10.0, alive=self.proc.is_alive)
+                bye = self.ch.recv(10.0, alive=self.proc.is_alive)
+                self.ledger = bye.get("ledger")
                 wait_exit(self.proc, 5)
             except (ChannelError, OSError):
                 pass
@@ -391,6 +394,10 @@ class LocalEndpoint:
 
     def death_cause(self) -> str:
         return ""
+
+    @property
+    def ledger(self) -> Dict[str, Any]:
+        return self.server.ledger.to_dict()
 
     def close(self, out_dir: Optional[Path], evidence: Dict[str, Any]) -> List[Finding]:
         self.server.side.close()

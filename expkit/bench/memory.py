@@ -94,7 +94,7 @@ def _host_available() -> Optional[int]:
     return None
 
 
-def _host_peak_reset() -> bool:
+def host_peak_reset() -> bool:
     """Reset this process's peak resident set (Linux: ``clear_refs`` 5); False where impossible."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -104,7 +104,7 @@ def _host_peak_reset() -> bool:
         return False
 
 
-def _host_rss() -> Tuple[Optional[int], Optional[int]]:
+def host_rss() -> Tuple[Optional[int], Optional[int]]:
     """(current, peak) resident bytes of this process, from ``/proc/self/status``."""
     cur = peak = None
     try:
@@ -135,8 +135,8 @@ def measure_call(fn: Callable[..., Any], make_inputs: Callable[[], Sequence[Any]
         free, total = torch.cuda.mem_get_info()
         out.update(free=int(free), total=int(total))
     else:
-        base, _ = _host_rss()
-        _host_peak_reset()
+        base, _ = host_rss()
+        host_peak_reset()
         out.update(free=_host_available(), total=None)
     try:
         args = tuple(make_inputs())
@@ -162,7 +162,7 @@ def measure_call(fn: Callable[..., Any], make_inputs: Callable[[], Sequence[Any]
     if device == "cuda":
         out["peak_bytes"] = int(torch.cuda.max_memory_allocated() - base)
     else:
-        _, peak = _host_rss()
+        _, peak = host_rss()
         out["peak_bytes"] = int(peak - (base or 0)) if peak is not None and base is not None else None
     del result, args
     return out

@@ -44,6 +44,7 @@ from .clock import CLOCK
 from .endpoint import LocalEndpoint, WorkerEndpoint
 from .envelope import RecheckPolicy, SessionTimer, SideFn, envelope_counts, envelope_findings
 from .fallback import FALLBACK
+from .ledger import merge as merge_ledgers
 from .memory import GiB, MemoryPlan, plan
 from .side import BASELINE, CANDIDATE, LAST_CALL
 from .traces import trace_from_dict
@@ -314,7 +315,15 @@ class Pair:
         out: List[Finding] = []
         for ep in (self.c, self.b):
             out += ep.close(out_dir, self.evidence)
+            self.add_ledger(ep.role, ep.ledger)
         return out
+
+    def add_ledger(self, role: str, ledger: Optional[Mapping[str, Any]]) -> None:
+        """A side's request ledger (:mod:`.ledger`) joins the run's: this pair's own, or a
+        later replicate's pair's when it closes."""
+        if ledger:
+            book = self.evidence.setdefault("ledger", {})
+            book[role] = merge_ledgers(book.get(role), ledger)
 
 
 def _timer_info(d: Optional[Mapping[str, Any]]) -> Any:

@@ -107,3 +107,5 @@ class _Replicate:
         self._stop_window()
         if self.r > 0:  # the first pair stays open for the end-to-end workload; closed by the run
             o.findings += self.pair.close(o.out_dir)
+            for role, ledger in self.pair.evidence.get("ledger", {}).items():
+                o.first.add_ledger(role, ledger)

@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 from . import allocator
 from .judge import Judge
+from .ledger import Ledger
 from .side import BASELINE, SideBench
 
 
@@ -27,6 +28,8 @@ class Server:
 
     def __init__(self, side: SideBench) -> None:
         self.side = side
+        #: What each request cost this side (:mod:`.ledger`), sent with the worker's goodbye.
+        self.ledger = Ledger(side.device)
         self.judge: Optional[Judge] = Judge(side) if side.role == BASELINE else None
         self._ops: Dict[str, Callable[[Mapping[str, Any]], Dict[str, Any]]] = {
             "hello": self._hello, "ping": lambda m: {}, "probe": self._probe, "configure": self._configure,
@@ -65,7 +68,11 @@ class Server:
         fn = self._ops.get(str(op))
         if fn is None:
             raise UnknownRequest(f"unknown request {op!r}")
-        return fn(msg)
+        self.ledger.start()
+        try:
+            return fn(msg)
+        finally:
+            self.ledger.stop(str(op))
 
     # -- requests with more to them ---------------------------------------------------------
     def _hello(self, m: Mapping[str, Any]) -> Dict[str, Any]:

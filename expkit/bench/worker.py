@@ -134,7 +134,7 @@ def worker_main(req: Any, rep: Any, manifest_path: str, settings: Any, device: s
                 reply = error_reply(startup)
             elif msg.get("op") == "close":
                 server.side.close()
-                ch.send({"bye": True})
+                ch.send({"bye": True, "ledger": server.ledger.to_dict()})
                 break
             else:
                 reply = server.handle(msg)

@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Mapping, Optional
 from . import store
 from .store import BEFORE_3_INTERVAL
 from .formatting import cell, fmt_duration, fmt_usd, settle_hint, template_env
+from .memory import memory_context
 from .timing import timing_context
 from ..verdict.rules import EXIT_CODES, INCONCLUSIVE
 from ..verdict.wording import direction, fmt_time, fmt_x, headline, speed_phrase
@@ -322,6 +323,7 @@ def context(result: Dict[str, Any], samples: Any, env: Optional[Mapping[str, Any
         "price_source": cell(sav.get("price_source") or cost.get("price_source") or cost.get("note") or "n/a"),
         "savings": _savings_rows(result),
         "roofline": _roofline(result),
+        "memory": memory_context(result),
         "telemetry": _telemetry(result, samples),
         "reasons": [cell(r) for r in result.get("reasons", [])],
         "settle": [cell(s) for s in settle],

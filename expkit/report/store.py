@@ -23,6 +23,12 @@ result.json history (``schema_version``):
        ``process_sd`` (standard deviation of their logs); both null under two processes.
        Upgrading a 2 records what those runs did: one process, sides resampled
        independently, no per-process figures.
+  4 -- adds ``memory.measured`` (issue 19): per side (``baseline``, ``candidate``), each
+       request's count, seconds and peak memory over the run's workers (``peaks``: the
+       largest of each kind and the request it happened in; ``requests``: per request
+       name), from ``bench/ledger.py``; and ``memory`` in a run that ended before its
+       plan (exit 5) holds the measured figures with null plan fields. Upgrading a 3
+       sets ``memory.measured`` to null where ``memory`` is an object.
 samples.csv history (column ``schema_version``):
   1 -- case, side, round, position, number, seconds, t_start, t_end, flagged.
   2 -- adds call_seconds (the call's CUDA-event time beside ``seconds`` when ``seconds``
@@ -44,7 +50,7 @@ from typing import Any, Dict, Mapping
 
 import pandas as pd
 
-RESULT_SCHEMA_VERSION = 3
+RESULT_SCHEMA_VERSION = 4
 SAMPLES_SCHEMA_VERSION = 3
 #: Columns of samples.csv after ``schema_version``, in order (the current version's).
 SAMPLE_COLUMNS = ["case", "side", "round", "position", "number", "seconds", "t_start", "t_end", "flagged",
@@ -89,9 +95,18 @@ def _upgrade_2_to_3(data: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
+def _upgrade_3_to_4(data: Dict[str, Any]) -> Dict[str, Any]:
+    out = dict(data)
+    if isinstance(data.get("memory"), dict):
+        out["memory"] = {**data["memory"], "measured": None}
+    out["schema_version"] = 4
+    out.setdefault("upgraded_from", int(data.get("schema_version", 3)))
+    return out
+
+
 # Upgrades from older result.json versions, applied in order on load: version -> function
 # returning the next version's dict. Never edit one once released; add the next instead.
-_UPGRADES: Dict[int, Any] = {1: _upgrade_1_to_2, 2: _upgrade_2_to_3}
+_UPGRADES: Dict[int, Any] = {1: _upgrade_1_to_2, 2: _upgrade_2_to_3, 3: _upgrade_3_to_4}
 
 
 def atomic_write(path: Path, data: bytes | str) -> None:

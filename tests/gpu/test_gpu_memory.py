@@ -30,3 +30,19 @@ def test_the_caching_allocators_free_blocks_go_back_after_preflight_profile_and_
     assert held >= 1 << 30
     server.handle({"op": request_name, "case": "c", "params": {}, "seed": 0})
     assert torch.cuda.memory_reserved() <= held - (1 << 30)
+
+
+def test_the_ledger_reads_each_requests_device_peak():
+    """bench/ledger.py: a request that makes and frees a 1 GiB tensor peaks at 1 GiB in
+    both figures, and the next request's peak starts from what is held, not from it."""
+    def call():
+        torch.empty(1 << 28, device="cuda").fill_(1.0)
+
+    side = SimpleNamespace(device="cuda", role="candidate", finish_case=lambda: [], resources=None, call=call)
+    server = Server(side)  # type: ignore[arg-type]
+    torch.cuda.synchronize()
+    server.handle({"op": "call"})
+    server.handle({"op": "finish_case", "case": "c"})  # gives the cache back (see above)
+    rows = server.ledger.to_dict()
+    assert rows["call"]["peak_allocated"] >= 1 << 30 and rows["call"]["peak_reserved"] >= 1 << 30
+    assert rows["finish_case"]["peak_allocated"] < 1 << 30

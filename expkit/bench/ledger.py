@@ -1,0 +1,95 @@
+"""What each request cost the worker that answered it: wall time and peak memory.
+
+The memory plan (:mod:`.memory`) is arithmetic over one plain call's bytes; this is the
+measurement beside it. Around every request a worker's :class:`Ledger` resets the
+peaks, and after it reads them: on a GPU torch's caching allocator's peak allocated
+(tensors) and peak reserved (what the allocator held from the device, tensors and
+cache), on the host the process's resident-set high-water mark (Linux). Per request
+name it keeps the count, the seconds and the largest peaks, so a run's ``result.json``
+(``memory.measured``) and report say in which stage each side's memory peaked and how
+long each stage took, without a profiler.
+
+Reading the peaks costs microseconds and happens between requests, never inside a timed
+block.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, Mapping, Optional
+
+from .memory import host_peak_reset, host_rss
+
+#: The figures per request name, in ``to_dict``'s order.
+FIELDS = ("count", "seconds", "peak_allocated", "peak_reserved", "peak_rss")
+
+
+class Ledger:
+    """Per request name: count, seconds and peak memory (see the module docstring)."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.rows: Dict[str, Dict[str, Any]] = {}
+        self._t0 = 0.0
+
+    def _cuda(self) -> Any:
+        if self.device != "cuda":
+            return None
+        import torch
+
+        return torch.cuda if torch.cuda.is_initialized() else None
+
+    def start(self) -> None:
+        cuda = self._cuda()
+        if cuda is not None:
+            cuda.reset_peak_memory_stats()
+        else:
+            host_peak_reset()
+        self._t0 = time.perf_counter()
+
+    def stop(self, op: str) -> None:
+        seconds = time.perf_counter() - self._t0
+        row = self.rows.setdefault(op, {"count": 0, "seconds": 0.0, "peak_allocated": None,
+                                        "peak_reserved": None, "peak_rss": None})
+        row["count"] += 1
+        row["seconds"] += seconds
+        cuda = self._cuda()
+        got = {"peak_rss": host_rss()[1]}
+        if cuda is not None:
+            got.update(peak_allocated=int(cuda.max_memory_allocated()), peak_reserved=int(cuda.max_memory_reserved()))
+        for k, v in got.items():
+            if v is not None:
+                row[k] = v if row[k] is None else max(row[k], v)
+
+    def to_dict(self) -> Dict[str, Dict[str, Any]]:
+        return {op: {k: (round(r[k], 4) if k == "seconds" else r[k]) for k in FIELDS} for op, r in self.rows.items()}
+
+
+def merge(into: Optional[Mapping[str, Mapping[str, Any]]], more: Optional[Mapping[str, Mapping[str, Any]]]
+          ) -> Dict[str, Dict[str, Any]]:
+    """Two ledgers' figures as one (a run's pairs of workers): counts and seconds add up,
+    peaks take the larger."""
+    out = {op: dict(r) for op, r in (into or {}).items()}
+    for op, r in (more or {}).items():
+        if op not in out:
+            out[op] = dict(r)
+            continue
+        row = out[op]
+        for k in FIELDS:
+            a, b = row.get(k), r.get(k)
+            if k in ("count", "seconds"):
+                row[k] = round((a or 0) + (b or 0), 4)
+            else:
+                row[k] = b if a is None else a if b is None else max(a, b)
+    return out
+
+
+def peaks(ledger: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
+    """A side's largest peak of each kind and the request where it happened."""
+    out: Dict[str, Any] = {}
+    for k in ("peak_allocated", "peak_reserved", "peak_rss"):
+        rows = [(r[k], op) for op, r in ledger.items() if r.get(k) is not None]
+        if rows:
+            v, op = max(rows)
+            out[k] = {"bytes": v, "request": op}
+    return out

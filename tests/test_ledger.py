@@ -1,0 +1,113 @@
+"""What each request cost a worker (bench/ledger.py), in result.json and the report (issue 19)."""
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from expkit.bench import ledger
+from expkit.report import store
+from expkit.report.memory import memory_context
+
+DATA = Path(__file__).resolve().parent / "data" / "results"
+GiB = 1 << 30
+
+
+def test_a_ledger_counts_times_and_keeps_the_largest_host_peak():
+    book = ledger.Ledger("cpu")
+    for op, grow in (("trial_call", 0), ("judge", 64 << 20), ("trial_call", 0)):
+        book.start()
+        held = bytearray(grow)  # touched pages raise the resident high-water mark
+        for i in range(0, grow, 4096):
+            held[i] = 1
+        book.stop(op)
+        del held
+    rows = book.to_dict()
+    assert rows["trial_call"]["count"] == 2 and rows["judge"]["count"] == 1
+    assert rows["judge"]["peak_allocated"] is None  # no device on the host
+    peaks = ledger.peaks(rows)
+    assert peaks["peak_rss"]["request"] == "judge"
+    assert rows["judge"]["peak_rss"] >= rows["trial_call"]["peak_rss"]
+
+
+def test_merging_two_pairs_ledgers_adds_counts_and_seconds_and_keeps_the_larger_peak():
+    a = {"block": {"count": 3, "seconds": 1.5, "peak_allocated": 10, "peak_reserved": 20, "peak_rss": None}}
+    b = {"block": {"count": 2, "seconds": 0.5, "peak_allocated": 30, "peak_reserved": 5, "peak_rss": 7},
+         "judge": {"count": 1, "seconds": 2.0, "peak_allocated": 1, "peak_reserved": 1, "peak_rss": 1}}
+    got = ledger.merge(a, b)
+    assert got["block"] == {"count": 5, "seconds": 2.0, "peak_allocated": 30, "peak_reserved": 20, "peak_rss": 7}
+    assert got["judge"] == b["judge"] and a["block"]["count"] == 3  # inputs untouched
+    assert ledger.peaks(got)["peak_allocated"] == {"bytes": 30, "request": "block"}
+
+
+SOURCE = '''
+import torch
+def inputs(params, gen, device):
+    return (torch.randn(params["n"], generator=gen, device=device),)
+def base(x):
+    return x * 2
+def cand(x):
+    return x + x
+'''
+
+
+def test_a_run_stores_each_sides_requests_over_all_its_processes(tmp_path):
+    from expkit.api import run
+
+    (tmp_path / "two.py").write_text(SOURCE)
+    (tmp_path / "m.yaml").write_text(textwrap.dedent('''
+        name: two
+        claim: {speedup: 1.0, tolerance: 0.5}
+        baseline: two:base
+        candidate: two:cand
+        inputs: {factory: two:inputs}
+        cases: [{name: c, params: {n: 4096}}]
+    '''))
+    out = run(tmp_path / "m.yaml", overrides=["measure=quick"], out=tmp_path / "run", plots=False)
+    assert out.verdict == "supported", out.reasons
+    result = store.load_result(out.run_dir / store.RESULT)
+    mem = result["memory"]
+    processes = result["measured"]["cases"]["c"]["processes"]
+    assert set(mem["measured"]) == {"baseline", "candidate"}
+    for role, side in mem["measured"].items():
+        reqs = side["requests"]
+        assert reqs["hello"]["count"] == processes  # one pair of workers per process, all merged
+        assert reqs["block"]["count"] >= processes and reqs["block"]["seconds"] > 0
+        assert side["peaks"]["peak_rss"]["bytes"] > 0
+    assert "judge" in mem["measured"]["baseline"]["requests"]
+    assert "judge" not in mem["measured"]["candidate"]["requests"]  # only the baseline's worker judges
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "## Harness memory" in report and "| baseline |" in report
+
+
+def test_a_version_3_result_loads_with_no_measured_memory(tmp_path):
+    raw = json.loads((DATA / "synthetic-processes" / store.RESULT).read_text())
+    raw["schema_version"] = 3
+    raw["memory"] = {k: v for k, v in raw["memory"].items() if k != "measured"}
+    store.write_json(tmp_path / store.RESULT, raw)
+    data = store.load_result(tmp_path / store.RESULT)
+    assert data["schema_version"] == 4 and data["upgraded_from"] == 3
+    assert data["memory"]["measured"] is None and data["memory"]["input_sets"] == raw["memory"]["input_sets"]
+    section = memory_context(data)
+    assert section["rows"] == [] and not section["measured"]
+
+
+def test_the_section_names_where_each_side_peaked_on_a_gpu():
+    side = {"peaks": {"peak_allocated": {"bytes": 12 * GiB, "request": "judge"},
+                      "peak_reserved": {"bytes": 30 * GiB, "request": "profile"}},
+            "requests": {"judge": {"count": 2, "seconds": 3.0}, "profile": {"count": 1, "seconds": 1.0}}}
+    result = {"memory": {"input_sets": 1, "plain_peak_bytes": 12 * GiB, "projected_bytes": 24 * GiB,
+                         "budget_bytes": 25 * GiB, "free_bytes": 79 * GiB, "reference": "host",
+                         "hold_previous": False, "keep_pristine": False, "clone_for_baseline": False,
+                         "notes": ["one input set"], "measured": {"baseline": side}}}
+    got = memory_context(result)
+    row = got["rows"][0]
+    assert row["allocated"] == "12.00 GiB (`judge`)" and row["reserved"] == "30.00 GiB (`profile`)"
+    assert row["rss"] == "n/a" and row["longest"].startswith("`judge` 3")
+    assert "on the host" in got["plan"] and "no extra copies" in got["plan"]
+
+
+@pytest.mark.parametrize("memory", [None, {}])
+def test_no_memory_figures_no_section(memory):
+    assert memory_context({"memory": memory}) is None
