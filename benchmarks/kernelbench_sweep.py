@@ -631,10 +631,10 @@ def write_archive(args: argparse.Namespace) -> Optional[Path]:
     over 2 MiB) beside the copied results, so the run folders come back from a device."""
     import tarfile
 
-    if not args.copy_results or not args.archive:
+    target = args.archive_target
+    if target is None or not args.archive:
         return None
     root = args.work
-    target = args.copy_results[0].with_name(args.copy_results[0].stem + "-runs.tar.gz")
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.name in ARCHIVE_NAMES
                    and p.stat().st_size <= 2 << 20)
     if not files:
@@ -733,6 +733,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args.work = args.work.resolve()
     copy_dir = args.copy_to if args.copy_to is not None else (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
     args.copy_results = [copy_dir.resolve() / args.results.name] if copy_dir is not None else []
+    # The run folders' archive goes beside the copy, also when the copy is the results file itself.
+    args.archive_target = (copy_dir.resolve() / (args.results.stem + "-runs.tar.gz")) if copy_dir is not None else None
     # A copy that is the results file itself (--copy-to its own folder) would record each problem twice.
     args.copy_results = [p for p in args.copy_results if p != args.results]
     if args.copy_results and args.results.is_file() and not args.copy_results[0].exists():
