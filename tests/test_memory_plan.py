@@ -143,3 +143,53 @@ def test_a_candidate_out_of_memory_is_a_memory_finding_in_the_trials_and_in_the_
     assert res.invalid and [f.check for f in bad] == ["memory"], [(f.check, f.message) for f in bad]
     assert "the candidate ran out of memory" in bad[0].message and "Tried to allocate 8.00 GiB" in bad[0].message
     assert where in bad[0].message
+
+
+LIVE = '''
+import gc
+import torch
+SEEN = {"base": [], "cand": []}
+def inputs(params, gen, device):
+    return (torch.rand(params["n"], generator=gen, device=device),)
+def _live(n):
+    return sum(1 for o in gc.get_objects() if type(o) is torch.Tensor and o.numel() == n)
+def base(x):
+    SEEN["base"].append(_live(x.numel()))
+    return x * 2
+def cand(x):
+    SEEN["cand"].append(_live(x.numel()))
+    return x + x
+'''
+
+
+@pytest.mark.parametrize("hold", [False, True])
+def test_no_trial_holds_the_previous_trials_tensors_unless_the_plan_says_so(tmp_path, hold):
+    """Regression (KernelBench's 6 GiB ReLU on the H100, result.json's memory.measured): the
+    candidate's worker never heard the plan's ``hold_previous: false`` and kept the previous
+    trial's inputs and outputs (30 GiB allocated in a trial call where one call's is 12), and
+    the baseline's judge kept its pristine inputs and expected output into the next trial.
+    Both sides share this process here, so every tensor of the case's size alive at each
+    call is counted: with nothing held, no trial sees more than the first one does."""
+    from expkit.bench.memory import MemoryPlan
+    from expkit.bench.pair import Pair
+    from expkit.bench.side import BASELINE, CANDIDATE
+    from expkit.manifest.settings import DefenceSettings, OracleSettings, Settings
+    from sides import load_sides
+
+    lm, k = load_sides(tmp_path, "live", LIVE, "name: t\nclaim: {speedup: 1.0}\nbaseline: live:base\n"
+                       "candidate: live:cand\ninputs: {factory: live:inputs}\ncases: [{name: c, params: {n: 12347}}]\n")
+    settings = Settings(oracle=OracleSettings(trials=4), defences=DefenceSettings(isolate=False))
+    pair = Pair(lm, settings, "cpu", sides={BASELINE: (k.base, k.inputs), CANDIDATE: (k.cand, k.inputs)})
+    try:
+        pair.adopt_memory(MemoryPlan(1, hold_previous=hold))
+        res = pair.preflight(1, identity=False)
+    finally:
+        pair.close(None)
+    assert not res.invalid
+    cand, base = k.SEEN["cand"], k.SEEN["base"]
+    assert len(cand) >= 4 and len(base) >= 4
+    first = max(cand[:2]), max(base[:2])  # trial 0 (baseline first) and trial 1 (candidate first)
+    if hold:  # the previous trial's input and output are alive in every later trial's call
+        assert max(cand[2:]) == first[0] + 2, cand
+    else:
+        assert max(cand[2:]) <= first[0] and max(base[2:]) <= first[1], (cand, base)

@@ -142,9 +142,8 @@ class Pair:
             raise ExpkitError(f"{self.lm.path}: the baseline raised {probe['raised']} on its own inputs for case "
                               f"{case.name!r} (params {dict(case.params)}) in its first plain call: the reference must "
                               "run on the cases it declares; fix the baseline or the case")
-        self.memory = plan(probe, input_sets=self.settings.measure.input_sets, l2_bytes=probe.get("l2_bytes"))
-        self.b.request("configure", clone_for_baseline=self.memory.clone_for_baseline,
-                       reference=self.memory.reference)
+        self.adopt_memory(plan(probe, input_sets=self.settings.measure.input_sets, l2_bytes=probe.get("l2_bytes")))
+        assert self.memory is not None
         return self.memory
 
     def neighbours(self, case: Optional[str]) -> List[Finding]:
@@ -163,10 +162,13 @@ class Pair:
         return list(gpu_neighbours(index, [os.getpid(), *pids, *self.siblings], min(pids), case=case))
 
     def adopt_memory(self, memory: Optional[MemoryPlan]) -> None:
-        """A later replicate's pair takes the first pair's plan (measured once per run)."""
+        """This pair's workers take a memory plan: the first pair's own, or, in a later
+        replicate's pair, the first pair's (measured once per run)."""
         self.memory = memory
         if memory is not None:
-            self.b.request("configure", clone_for_baseline=memory.clone_for_baseline, reference=memory.reference)
+            for ep in (self.b, self.c):
+                ep.request("configure", clone_for_baseline=memory.clone_for_baseline, reference=memory.reference,
+                           hold_previous=memory.hold_previous)
 
     # -- the preflight ----------------------------------------------------------------------------
     def preflight(self, run_seed: int, *, identity: bool = True) -> PreflightResult:

@@ -101,6 +101,8 @@ class Server:
         return got
 
     def _configure(self, m: Mapping[str, Any]) -> Dict[str, Any]:
+        """The memory plan's settings (:class:`~.memory.MemoryPlan`) for this side."""
+        self.side.hold_previous = bool(m.get("hold_previous", True))
         if self.judge is not None:
             self.judge.configure(bool(m["clone_for_baseline"]), str(m["reference"]))
         return {}

@@ -142,6 +142,8 @@ class SideBench:
         self.trial_inputs_: Tuple[Any, ...] = ()
         self.trial_outputs: Any = None
         self.held: Tuple[Any, ...] = ()  # the previous trial's tensors, kept alive on purpose
+        #: The memory plan's ``hold_previous`` (the ``configure`` request): False drops them instead.
+        self.hold_previous = True
         self.case: Optional[CaseState] = None
 
     # -- the defences every phase shares -------------------------------------------------
@@ -174,7 +176,9 @@ class SideBench:
         """Build one trial's inputs; the candidate's are placed in shared memory and exported.
         ``probe``: the value probe's inputs; ``probed`` in the reply lists the inputs it shifted."""
         self.exporter.release_exports()
-        self.trial_outputs = None
+        self.trial_outputs, self.trial_inputs_, self._rerun = None, (), None
+        if not self.hold_previous:
+            self.held = ()
         args = self.inputs(params, seed)
         probed = preflight.signed_probe(args) if probe else ()
         if self.role == CANDIDATE:
