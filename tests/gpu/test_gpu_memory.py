@@ -46,3 +46,36 @@ def test_the_ledger_reads_each_requests_device_peak():
     rows = server.ledger.to_dict()
     assert rows["call"]["peak_allocated"] >= 1 << 30 and rows["call"]["peak_reserved"] >= 1 << 30
     assert rows["finish_case"]["peak_allocated"] < 1 << 30
+
+
+ELEMENTWISE = '''
+import torch
+def inputs(params, gen, device):
+    return (torch.rand(params["n"], generator=gen, device=device),)
+def base(x):
+    return torch.relu(x)
+def cand(x):
+    return x.clamp(min=0)
+'''
+
+
+def test_a_run_holds_no_earlier_trials_or_calls_tensors_on_the_gpu(tmp_path):
+    """A 1 GiB elementwise pair: in the candidate's worker no trial call and no timed block
+    allocates more than its own inputs and output (2 GiB). Before the memory plan reached
+    the candidate's worker and exported tensors were collected, KernelBench's 6 GiB ReLU
+    held 30 GiB there (then 18) where one call's is 12 (result.json's memory.measured)."""
+    import json
+
+    from expkit.api import run
+
+    (tmp_path / "ew.py").write_text(ELEMENTWISE)
+    (tmp_path / "m.yaml").write_text(
+        "name: ew\nclaim: {speedup: 1.0, tolerance: 0.5}\ndevice: cuda\nbaseline: ew:base\ncandidate: ew:cand\n"
+        "inputs: {factory: ew:inputs}\ncases: [{name: c, params: {n: 268435456}}]\n")
+    out = run(tmp_path / "m.yaml", overrides=["measure=quick"], out=tmp_path / "run", plots=False)
+    result = json.loads((out.run_dir / "result.json").read_text())
+    reqs = result["memory"]["measured"]["candidate"]["requests"]
+    gib = 1 << 30
+    for op in ("trial_inputs", "trial_call", "block"):
+        assert reqs[op]["peak_allocated"] <= 2.1 * gib, (op, reqs[op])
+    assert out.verdict in ("supported", "refuted", "inconclusive"), out.reasons
