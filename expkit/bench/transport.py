@@ -204,7 +204,6 @@ class Exporter:
         """Drop every exported tensor and remove the shared files (placed inputs included)."""
         self._drop_local()
         self._alive.clear()
-        _collect_cuda_exports()
         for seg in self._segments.values():
             seg.close()
             try:
@@ -220,7 +219,6 @@ class Exporter:
         keep_names = {p for p, _ in keep_paths}
         self._drop_local()
         self._alive.clear()
-        _collect_cuda_exports()
         for path in [p for p in self._segments if p not in keep_names]:
             seg = self._segments.pop(path)
             seg.close()
@@ -228,19 +226,6 @@ class Exporter:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
-
-
-def _collect_cuda_exports() -> None:
-    """Free the device memory of exported tensors that both processes have let go of.
-
-    A CUDA tensor sent to another process is not freed when the producer drops it: torch
-    keeps its block until a check finds the consumer's reference gone, which happens only
-    when the producer sends again or calls ``ipc_collect``. Without this the candidate's
-    worker held the previous trial's inputs and output (and, while timing, a rechecked
-    call's output) on top of the next ones: 18 GiB allocated in a trial of KernelBench's
-    6 GiB ReLU where one call's is 12 (result.json's ``memory.measured``, on an H100)."""
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.ipc_collect()
 
 
 class Importer:
@@ -289,7 +274,8 @@ class Importer:
         for seg in self._segments.values():
             seg.close()
         self._segments.clear()
-        _collect_cuda_exports()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.ipc_collect()
 
 
 def pack(obj: Any) -> Tuple[Any, List[torch.Tensor]]:

@@ -48,6 +48,7 @@ def test_the_ledger_reads_each_requests_device_peak():
     assert rows["finish_case"]["peak_allocated"] < 1 << 30
 
 
+
 ELEMENTWISE = '''
 import torch
 def inputs(params, gen, device):
@@ -59,11 +60,11 @@ def cand(x):
 '''
 
 
-def test_a_run_holds_no_earlier_trials_or_calls_tensors_on_the_gpu(tmp_path):
-    """A 1 GiB elementwise pair: in the candidate's worker no trial call and no timed block
-    allocates more than its own inputs and output (2 GiB). Before the memory plan reached
-    the candidate's worker and exported tensors were collected, KernelBench's 6 GiB ReLU
-    held 30 GiB there (then 18) where one call's is 12 (result.json's memory.measured)."""
+def test_the_baselines_trials_hold_no_earlier_trials_tensors_on_the_gpu(tmp_path):
+    """A 1 GiB elementwise pair: the baseline's worker builds each trial's pristine inputs
+    and expected output (2 GiB) with nothing of the previous trial's alive. Before the judge
+    dropped them at each trial's end, KernelBench's 6 GiB ReLU allocated 24 GiB in
+    ``expect`` where one trial's own is 12 (result.json's memory.measured, on an H100)."""
     import json
 
     from expkit.api import run
@@ -74,8 +75,7 @@ def test_a_run_holds_no_earlier_trials_or_calls_tensors_on_the_gpu(tmp_path):
         "inputs: {factory: ew:inputs}\ncases: [{name: c, params: {n: 268435456}}]\n")
     out = run(tmp_path / "m.yaml", overrides=["measure=quick"], out=tmp_path / "run", plots=False)
     result = json.loads((out.run_dir / "result.json").read_text())
-    reqs = result["memory"]["measured"]["candidate"]["requests"]
-    gib = 1 << 30
-    for op in ("trial_inputs", "trial_call", "block"):
-        assert reqs[op]["peak_allocated"] <= 2.1 * gib, (op, reqs[op])
-    assert out.verdict in ("supported", "refuted", "inconclusive"), out.reasons
+    reqs = result["memory"]["measured"]["baseline"]["requests"]
+    assert reqs["expect"]["count"] >= 2
+    assert reqs["expect"]["peak_allocated"] <= 2.1 * (1 << 30), reqs["expect"]
+    assert out.verdict != "invalid", out.reasons
