@@ -77,5 +77,8 @@ def test_the_baselines_trials_hold_no_earlier_trials_tensors_on_the_gpu(tmp_path
     result = json.loads((out.run_dir / "result.json").read_text())
     reqs = result["memory"]["measured"]["baseline"]["requests"]
     assert reqs["expect"]["count"] >= 2
-    assert reqs["expect"]["peak_allocated"] <= 2.1 * (1 << 30), reqs["expect"]
+    # One trial's own 2 GiB, and the keyed digest's fixed scratch (chunks of 2**24 words and
+    # their weights, checks/digest.py: 0.38 GiB measured beside 12 GiB on the H100). The
+    # previous trial's tensors alive would add 2 GiB.
+    assert reqs["expect"]["peak_allocated"] <= 2.5 * (1 << 30), reqs["expect"]
     assert out.verdict != "invalid", out.reasons
