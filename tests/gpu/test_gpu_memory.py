@@ -72,7 +72,10 @@ def test_the_baselines_trials_hold_no_earlier_trials_tensors_on_the_gpu(tmp_path
     (tmp_path / "ew.py").write_text(ELEMENTWISE)
     (tmp_path / "m.yaml").write_text(
         "name: ew\nclaim: {speedup: 1.0, tolerance: 0.5}\ndevice: cuda\nbaseline: ew:base\ncandidate: ew:cand\n"
-        "inputs: {factory: ew:inputs}\ncases: [{name: c, params: {n: 268435456}}]\n")
+        "inputs: {factory: ew:inputs}\ncases: [{name: c, params: {n: 268435456}}]\n"
+        # torch.relu is clamp_min(0) on CUDA: the candidate runs the baseline's own kernel,
+        # which the forbidden-baseline rule rightly catches; memory is what is tested here.
+        "expect: {forbid_baseline: false}\n")
     out = run(tmp_path / "m.yaml", overrides=["measure=quick"], out=tmp_path / "run", plots=False)
     result = json.loads((out.run_dir / "result.json").read_text())
     reqs = result["memory"]["measured"]["baseline"]["requests"]
