@@ -111,3 +111,31 @@ def test_the_section_names_where_each_side_peaked_on_a_gpu():
 @pytest.mark.parametrize("memory", [None, {}])
 def test_no_memory_figures_no_section(memory):
     assert memory_context({"memory": memory}) is None
+
+
+def test_laps_time_each_step_in_turn():
+    lap = ledger.Laps()
+    lap("a")
+    sum(range(200_000))
+    lap("b")
+    assert list(lap.seconds) == ["a", "b"] and all(v >= 0 for v in lap.seconds.values())
+
+
+def test_each_workers_start_up_steps_are_in_the_evidence(tmp_path):
+    """The run's ``start`` stage, by step in each worker (took 9.7 s in the median
+    KernelBench run on the H100, 0.07 s on CPU)."""
+    from expkit.api import run
+
+    (tmp_path / "two.py").write_text(SOURCE)
+    (tmp_path / "m.yaml").write_text(textwrap.dedent('''
+        name: two
+        claim: {speedup: 1.0, tolerance: 0.5}
+        baseline: two:base
+        candidate: two:cand
+        inputs: {factory: two:inputs}
+        cases: [{name: c, params: {n: 4096}}]
+    '''))
+    out = run(tmp_path / "m.yaml", overrides=["measure=quick"], out=tmp_path / "run", plots=False)
+    startup = store.load_result(out.run_dir / store.RESULT)["defences"]["startup"]
+    for role in ("baseline", "candidate"):
+        assert list(startup[role]) == ["harness imports", "snapshots", "code under test", "tamper check"]

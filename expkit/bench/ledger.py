@@ -93,3 +93,16 @@ def peaks(ledger: Mapping[str, Mapping[str, Any]]) -> Dict[str, Any]:
             v, op = max(rows)
             out[k] = {"bytes": v, "request": op}
     return out
+
+
+class Laps:
+    """Seconds between successive calls, by step name: ``lap = Laps(); ...; lap("imports")``."""
+
+    def __init__(self) -> None:
+        self.seconds: Dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def __call__(self, step: str) -> None:
+        now = time.perf_counter()
+        self.seconds[step] = round(now - self._t, 4)
+        self._t = now

@@ -98,7 +98,8 @@ class Pair:
         self.catalog = [finding_from(f) for f in hb.get("catalog", ())]
         self._sources = {**hb["sources"], **hc["sources"]}
         self.gpu = hb.get("gpu")
-        self.evidence.update(baseline_pid=hb.get("pid"), worker_pid=hc.get("pid"), allocator=hc.get("allocator"))
+        self.evidence.update(baseline_pid=hb.get("pid"), worker_pid=hc.get("pid"), allocator=hc.get("allocator"),
+                             startup={BASELINE: hb.get("startup"), CANDIDATE: hc.get("startup")})
 
     # -- plumbing -----------------------------------------------------------------------------
     def tell(self, e: ChannelError, when: str) -> List[Finding]:

@@ -79,7 +79,8 @@ class Server:
         from .environment import gpu_info
 
         reply = {"findings": [asdict(f) for f in self.side.session_findings], "sources": self.side.sources(),
-                 "pid": os.getpid(), "gpu": None, "catalog": [], "allocator": allocator.STATE}
+                 "pid": os.getpid(), "gpu": None, "catalog": [], "allocator": allocator.STATE,
+                 "startup": dict(getattr(self.side, "startup", {}))}
         if m.get("environment"):
             reply["gpu"] = gpu_info(self.side.device)
             if self.side.device == "cuda" and reply["gpu"].get("name"):

@@ -38,13 +38,14 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ..checks import oracles, preflight
 from ..checks.activity import (THREADS, Activity, ResourceAccount, activity, settle, child_pids, new_activity,
-                               parked_new_threads)
+                               parked_new_threads, set_cpu_threads)
 from ..checks.global_state import GLOBAL_STATE, snapshot_state, state_changes
 from ..core.findings import WARNING, Finding
 from ..manifest.settings import Settings
 from .clock import CLOCK
 from .fallback import ExceptionWitness, candidate_files
 from .fresh import FreshInputs
+from .ledger import Laps
 from .tamper import TAMPER, FunctionSnapshot
 from .traces import trace_to_dict
 from .transport import Exporter, structure
@@ -95,21 +96,6 @@ def resolve_side(lm: Any, role: str) -> Tuple[Callable[..., Any], Callable[..., 
     return fn, factory, custom
 
 
-def set_cpu_threads(threads: Optional[int]) -> None:
-    """Pin torch's intra-op threads for a run (``measure.cpu_threads``; null leaves torch's own).
-
-    On a shared machine with more runnable threads than cores, torch's OpenMP workers spin
-    and wait on each other, and a multi-threaded op can slow by an order of magnitude while
-    a single-threaded one barely moves (seen on this project's 2-core CI kind under load:
-    a row-wise GEMV 16 ms with 2 threads, 0.16 ms with 1). A ratio of two such ops then
-    measures the machine's load, not the code; one thread per run keeps it about the code.
-    """
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(int(threads))
-
-
 class SideBench:
     """One side's code and the defences around it (see the module docstring)."""
 
@@ -118,7 +104,10 @@ class SideBench:
                  local: bool = False) -> None:
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        lap = Laps()  # seconds of each start-up step (the run's ``start`` stage), for the evidence
+        self.startup = lap.seconds
         _harness_modules()
+        lap("harness imports")
         self.lm, self.settings, self.device, self.role = lm, settings, device, role
         self.resources: Optional[Dict[str, Any]] = None  # the last case's ResourceAccount.summary()
         self.defended = settings.defences.enabled
@@ -127,14 +116,17 @@ class SideBench:
         self.funcs0 = FunctionSnapshot.take()
         self._told: set = set()
         self.activity0 = activity()
+        lap("snapshots")
         if fn is None:
             self.fn, self.factory, self.custom = resolve_side(lm, role)
         else:  # given (tests, the in-process pair): nothing of this side's to import
             self.fn, self.custom = fn, {}
             self.factory = factory if factory is not None else _no_factory
+        lap("code under test")
         self.session_findings: List[Finding] = []
         if self.defended:
             self.session_findings += self.tamper_findings(f"once the {role}'s code was imported", None)
+        lap("tamper check")
         self.exporter = Exporter(local=local)
         self.witness: Any = self.fn
         if self.defended and role == CANDIDATE:

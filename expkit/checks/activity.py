@@ -446,3 +446,18 @@ def gpu_neighbours(index: int, run_pids: Sequence[int], since_pid: int, *, case:
         out.append(Finding(GPU_PROCESSES, False, f"the GPU is shared with {len(others)} other process(es) "
                            f"({', '.join(others[:3])}): their work can slow either side", case, severity=WARNING))
     return out
+
+
+def set_cpu_threads(threads: Optional[int]) -> None:
+    """Pin torch's intra-op threads for a run (``measure.cpu_threads``; null leaves torch's own).
+
+    On a shared machine with more runnable threads than cores, torch's OpenMP workers spin
+    and wait on each other, and a multi-threaded op can slow by an order of magnitude while
+    a single-threaded one barely moves (seen on this project's 2-core CI kind under load:
+    a row-wise GEMV 16 ms with 2 threads, 0.16 ms with 1). A ratio of two such ops then
+    measures the machine's load, not the code; one thread per run keeps it about the code.
+    """
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(int(threads))
