@@ -43,8 +43,7 @@ class Ledger:
         cuda = self._cuda()
         if cuda is not None:
             cuda.reset_peak_memory_stats()
-        else:
-            host_peak_reset()
+        host_peak_reset()
         self._t0 = time.perf_counter()
 
     def stop(self, op: str) -> None:
