@@ -279,6 +279,24 @@ def test_settle_waits_out_the_harness_pool_after_wide_work():
     assert 0.008 <= waited < 0.1  # four steps of 2 ms
 
 
+def test_once_quiet_settle_waits_again_only_after_new_wide_work():
+    activity.wide_work_ended()
+    r = SpinningPool(spins=2)
+    assert activity.settle(r) > 0 and r.reads == 3
+    again = SpinningPool(spins=10**6)  # would keep it waiting, were it read
+    assert activity.settle(again) == 0.0 and again.reads == 0
+    activity.wide_work_ended()  # new work on every core: the next block waits it out
+    r = SpinningPool(spins=1)
+    assert activity.settle(r) > 0 and r.reads == 2
+
+
+def test_a_pool_that_never_went_quiet_is_waited_for_again():
+    activity.wide_work_ended()
+    assert activity.settle(SpinningPool(spins=10**6), limit_s=0.01) >= 0.01
+    r = SpinningPool(spins=1)
+    assert activity.settle(r) > 0 and r.reads == 2
+
+
 def test_settle_gives_up_on_a_thread_that_never_goes_quiet():
     activity.wide_work_ended()
     r = SpinningPool(spins=10**6)
