@@ -105,18 +105,24 @@ def host_peak_reset() -> bool:
 
 
 def host_rss() -> Tuple[Optional[int], Optional[int]]:
-    """(current, peak) resident bytes of this process, from ``/proc/self/status``."""
-    cur = peak = None
+    """(current, peak) resident bytes of this process, from ``/proc/self/status`` (read as
+    bytes and searched: the request ledger reads it around every worker request)."""
     try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    cur = int(line.split()[1]) * 1024
-                elif line.startswith("VmHWM:"):
-                    peak = int(line.split()[1]) * 1024
+        with open("/proc/self/status", "rb") as f:
+            text = f.read()
     except OSError:
-        pass
-    return cur, peak
+        return None, None
+
+    def field(name: bytes) -> Optional[int]:
+        i = text.find(name)
+        if i < 0:
+            return None
+        try:
+            return int(text[i + len(name):text.index(b"kB", i)]) * 1024
+        except ValueError:
+            return None
+
+    return field(b"VmRSS:"), field(b"VmHWM:")
 
 
 def measure_call(fn: Callable[..., Any], make_inputs: Callable[[], Sequence[Any]], device: str) -> Dict[str, Any]:
