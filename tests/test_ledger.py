@@ -139,3 +139,20 @@ def test_each_workers_start_up_steps_are_in_the_evidence(tmp_path):
     startup = store.load_result(out.run_dir / store.RESULT)["defences"]["startup"]
     for role in ("baseline", "candidate"):
         assert list(startup[role]) == ["harness imports", "snapshots", "code under test", "tamper check"]
+
+
+def test_a_failing_peak_reading_never_fails_the_request(monkeypatch):
+    """The ledger runs around every request, also one whose CUDA context broke: its own
+    reading failing must leave the request's reply (or exception) as it was."""
+    class Broken:
+        def reset_peak_memory_stats(self):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+        max_memory_allocated = max_memory_reserved = reset_peak_memory_stats
+
+    book = ledger.Ledger("cuda")
+    monkeypatch.setattr(book, "_cuda", lambda: Broken())
+    book.start()
+    book.stop("block")
+    row = book.to_dict()["block"]
+    assert row["count"] == 1 and row["peak_allocated"] is None and row["peak_rss"] is not None

@@ -41,8 +41,11 @@ class Ledger:
 
     def start(self) -> None:
         cuda = self._cuda()
-        if cuda is not None:
-            cuda.reset_peak_memory_stats()
+        try:
+            if cuda is not None:
+                cuda.reset_peak_memory_stats()
+        except Exception:  # a measurement aid never fails a request (a broken CUDA context, say)
+            pass
         host_peak_reset()
         self._t0 = time.perf_counter()
 
@@ -54,8 +57,12 @@ class Ledger:
         row["seconds"] += seconds
         cuda = self._cuda()
         got = {"peak_rss": host_rss()[1]}
-        if cuda is not None:
-            got.update(peak_allocated=int(cuda.max_memory_allocated()), peak_reserved=int(cuda.max_memory_reserved()))
+        try:
+            if cuda is not None:
+                got.update(peak_allocated=int(cuda.max_memory_allocated()),
+                           peak_reserved=int(cuda.max_memory_reserved()))
+        except Exception:  # as in start(): the request's own outcome stands
+            pass
         for k, v in got.items():
             if v is not None:
                 row[k] = v if row[k] is None else max(row[k], v)
