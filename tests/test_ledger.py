@@ -156,3 +156,36 @@ def test_a_failing_peak_reading_never_fails_the_request(monkeypatch):
     book.stop("block")
     row = book.to_dict()["block"]
     assert row["count"] == 1 and row["peak_allocated"] is None and row["peak_rss"] is not None
+
+
+def test_the_ledger_keeps_what_each_request_found_already_allocated(monkeypatch):
+    """``held_allocated``: the bytes of tensors alive when a request began (what earlier
+    requests left behind), the largest over the request's calls; absent from a ledger
+    written before the field existed, and merged as the larger."""
+    class Fake:
+        allocated = 0
+
+        def memory_allocated(self):
+            return self.allocated
+
+        def reset_peak_memory_stats(self):
+            pass
+
+        def max_memory_allocated(self):
+            return self.allocated + 5
+
+        max_memory_reserved = max_memory_allocated
+
+    fake = Fake()
+    book = ledger.Ledger("cuda")
+    monkeypatch.setattr(book, "_cuda", lambda: fake)
+    for held in (100, 700, 300):
+        fake.allocated = held
+        book.start()
+        book.stop("prepare")
+    row = book.to_dict()["prepare"]
+    assert row["held_allocated"] == 700 and row["peak_allocated"] == 705
+    old = {"prepare": {"count": 1, "seconds": 0.1, "peak_allocated": 9, "peak_reserved": 9, "peak_rss": 1}}
+    assert ledger.merge(old, old)["prepare"].get("held_allocated") is None
+    assert "held_allocated" not in ledger.merge(old, old)["prepare"]
+    assert ledger.merge(old, book.to_dict())["prepare"]["held_allocated"] == 700

@@ -5,7 +5,10 @@ measurement beside it. Around every request a worker's :class:`Ledger` resets th
 peaks, and after it reads them: on a GPU torch's caching allocator's peak allocated
 (tensors) and peak reserved (what the allocator held from the device, tensors and
 cache), on the host the process's resident-set high-water mark (Linux). Per request
-name it keeps the count, the seconds and the largest peaks, so a run's ``result.json``
+name it keeps the count, the seconds and the largest peaks, and on a GPU the bytes of
+tensors already allocated when the request began (``held_allocated``: what earlier
+requests left alive, the first thing to read when a peak is larger than the request's
+own work explains), so a run's ``result.json``
 (``memory.measured``) and report say in which stage each side's memory peaked and how
 long each stage took, without a profiler.
 
@@ -21,7 +24,7 @@ from typing import Any, Dict, Mapping, Optional
 from .memory import host_peak_reset, host_rss
 
 #: The figures per request name, in ``to_dict``'s order.
-FIELDS = ("count", "seconds", "peak_allocated", "peak_reserved", "peak_rss")
+FIELDS = ("count", "seconds", "held_allocated", "peak_allocated", "peak_reserved", "peak_rss")
 
 
 class Ledger:
@@ -31,6 +34,7 @@ class Ledger:
         self.device = device
         self.rows: Dict[str, Dict[str, Any]] = {}
         self._t0 = 0.0
+        self._held: Optional[int] = None
 
     def _cuda(self) -> Any:
         if self.device != "cuda":
@@ -41,8 +45,10 @@ class Ledger:
 
     def start(self) -> None:
         cuda = self._cuda()
+        self._held = None
         try:
             if cuda is not None:
+                self._held = int(cuda.memory_allocated())
                 cuda.reset_peak_memory_stats()
         except Exception:  # a measurement aid never fails a request (a broken CUDA context, say)
             pass
@@ -51,12 +57,12 @@ class Ledger:
 
     def stop(self, op: str) -> None:
         seconds = time.perf_counter() - self._t0
-        row = self.rows.setdefault(op, {"count": 0, "seconds": 0.0, "peak_allocated": None,
+        row = self.rows.setdefault(op, {"count": 0, "seconds": 0.0, "held_allocated": None, "peak_allocated": None,
                                         "peak_reserved": None, "peak_rss": None})
         row["count"] += 1
         row["seconds"] += seconds
         cuda = self._cuda()
-        got = {"peak_rss": host_rss()[1]}
+        got = {"peak_rss": host_rss()[1], "held_allocated": self._held}
         try:
             if cuda is not None:
                 got.update(peak_allocated=int(cuda.max_memory_allocated()),
@@ -85,6 +91,8 @@ def merge(into: Optional[Mapping[str, Mapping[str, Any]]], more: Optional[Mappin
             a, b = row.get(k), r.get(k)
             if k in ("count", "seconds"):
                 row[k] = round((a or 0) + (b or 0), 4)
+            elif k not in row and k not in r:  # a ledger from before the field existed
+                continue
             else:
                 row[k] = b if a is None else a if b is None else max(a, b)
     return out

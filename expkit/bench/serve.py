@@ -152,7 +152,10 @@ class Server:
 
         import torch
 
+        from .transport import collect_sent
+
         gc.collect()
+        collect_sent()  # exported tensors dropped since: freed only now (see collect_sent)
         torch.cuda.empty_cache()
 
     def _recheck(self, m: Mapping[str, Any]) -> Dict[str, Any]:

@@ -48,7 +48,7 @@ from .fresh import FreshInputs
 from .ledger import Laps
 from .tamper import TAMPER, FunctionSnapshot
 from .traces import trace_to_dict
-from .transport import Exporter, structure
+from .transport import Exporter, collect_sent, structure
 
 BASELINE, CANDIDATE = "baseline", "candidate"
 ROLES = (BASELINE, CANDIDATE)
@@ -167,10 +167,7 @@ class SideBench:
     def trial_inputs(self, params: Mapping[str, Any], seed: int, probe: bool = False) -> Dict[str, Any]:
         """Build one trial's inputs; the candidate's are placed in shared memory and exported.
         ``probe``: the value probe's inputs; ``probed`` in the reply lists the inputs it shifted."""
-        self.exporter.release_exports()
-        self.trial_outputs, self.trial_inputs_, self._rerun = None, (), None
-        if not self.hold_previous:
-            self.held = ()
+        self._drop_trial(keep_held=self.hold_previous)
         args = self.inputs(params, seed)
         probed = preflight.signed_probe(args) if probe else ()
         if self.role == CANDIDATE:
@@ -263,8 +260,17 @@ class SideBench:
         """Drop the trials' tensors (inputs, outputs, those held, a rerun's): a case's profiled
         calls come next, and with them alive KernelBench's 38_L1Norm (8 GiB of input) ran
         the candidate out of memory in its profiled call on an H100."""
+        self._drop_trial(keep_held=False)
+
+    def _drop_trial(self, keep_held: bool) -> None:
+        """Drop the last trial's tensors (the previous trial's too unless ``keep_held``), then
+        free what was exported of them (:func:`.transport.collect_sent`): the judge has
+        closed its views by now, and its ``release`` comes before the next trial's inputs."""
         self.exporter.release_exports()
-        self.trial_inputs_, self.trial_outputs, self.held, self._rerun = (), None, (), None
+        self.trial_outputs, self.trial_inputs_, self._rerun = None, (), None
+        if not keep_held:
+            self.held = ()
+        collect_sent()
 
     def finish_preflight(self) -> Dict[str, Any]:
         self.end_trials()
@@ -370,6 +376,7 @@ class SideBench:
             keep = [t for s in self.case.fresh.sets for t in s]
             self.case.keep_alive = None
         self.exporter.release_exports(keep=keep)
+        collect_sent()
 
     def finish_case(self) -> List[Finding]:
         cs, self.case = self.case, None
