@@ -127,3 +127,21 @@ def test_a_tensor_kept_past_release_still_reads_its_memory():
     assert float(kept_by_the_candidate[0][0]) == 100.0
     assert float(kept_by_the_candidate[1].sum()) == float(sum(range(50)))
     assert not [f for f in os.listdir(SHM_DIR) if f.startswith(f"{PREFIX}{os.getpid()}-")]
+
+
+def test_a_descriptor_opened_twice_gives_the_tensor_opened_first_until_close():
+    """The judge opens the first trial's candidate inputs twice; for CUDA tensors opening
+    one export twice counted torch's IPC reference down twice and leaked the memory
+    (tests/gpu/test_gpu_transport.py), so the second open must reuse the first."""
+    e = Exporter()
+    placed = e.place(torch.arange(8.0))
+    (d,) = e.export([placed])
+    imp = Importer()
+    (a,) = imp.open([d])
+    (b, c) = imp.open([d, dict(d)])
+    assert b is a and c is a
+    imp.close()
+    (again,) = imp.open([d])
+    assert again is not a and torch.equal(again, a)
+    imp.close()
+    e.release()

@@ -247,15 +247,36 @@ def collect_sent() -> None:
         torch.cuda.ipc_collect()
 
 
+def _key(d: Descriptor) -> Tuple[Any, ...]:
+    """A descriptor as a hashable value: one exported tensor, one key."""
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in d.items()))
+
+
 class Importer:
-    """The consuming side: open descriptors as tensors; close before the producer releases."""
+    """The consuming side: open descriptors as tensors; close before the producer releases.
+
+    A descriptor opened twice before :meth:`close` gives the tensor opened the first time.
+    For a CUDA tensor this is what frees it: torch counts each export once, and a consumer
+    that opened one export twice counted it down twice, to -1, which torch reads as an
+    unsigned number, so the producer kept the memory until it exited. The judge opens
+    the first trial's candidate inputs twice (to compare the two sides' factories, then
+    to judge); KernelBench's 6 GiB sigmoid began the candidate's measurement with those
+    6 GiB still allocated on an H100 (``memory.measured``: ``prepare`` found 6 GiB held)."""
 
     def __init__(self) -> None:
         self._segments: Dict[str, _Segment] = {}
         self._views: List[torch.Tensor] = []
+        self._opened: Dict[Tuple[Any, ...], torch.Tensor] = {}
 
     def open(self, descs: Sequence[Descriptor]) -> List[torch.Tensor]:
-        return [self._open(d) for d in descs]
+        out = []
+        for d in descs:
+            key = _key(d)
+            t = self._opened.get(key)
+            if t is None:
+                t = self._opened[key] = self._open(d)
+            out.append(t)
+        return out
 
     def _open(self, d: Descriptor) -> torch.Tensor:
         if d["kind"] == "local":
@@ -290,6 +311,7 @@ class Importer:
 
     def close(self) -> None:
         self._views.clear()
+        self._opened.clear()
         for seg in self._segments.values():
             seg.close()
         self._segments.clear()
