@@ -450,6 +450,8 @@ class CaseState:
         fn = self.bench.fn
 
         def call() -> None:
+            if self.keep_at == LAST_CALL:  # the last call's output only: never two alive
+                self.kept = None
             out = fn(*self.args)
             if self.calls == self.keep_at or self.keep_at == LAST_CALL:
                 self.kept = (out, self._pristine or self.args)
