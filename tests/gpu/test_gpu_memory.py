@@ -114,6 +114,19 @@ def test_the_candidates_exported_tensors_are_freed_once_the_judge_is_done(elemen
     assert reqs["block"]["peak_allocated"] <= 2.5 * gib, reqs["block"]
 
 
+def test_a_timed_block_reserves_no_more_than_one_input_set_and_one_output(elementwise_run):
+    """While timed, each side's worker holds one input set (1 GiB) and one output (1 GiB)
+    and reserves no more. Before the CUDA timer made its L2 flush buffer with the timer,
+    each side of KernelBench's 6 GiB sigmoid reserved 18 GiB in its blocks where at most
+    12 were allocated (on an H100), and an 18 GiB elementwise case ran out of memory while
+    timed (the test below)."""
+    result, _ = elementwise_run
+    gib = 1 << 30
+    for role in ("baseline", "candidate"):
+        block = result["memory"]["measured"][role]["requests"]["block"]
+        assert block["peak_reserved"] <= 2.5 * gib, (role, block)
+
+
 def test_a_problem_whose_plain_call_needs_over_30_gib_runs_to_a_verdict(tmp_path):
     """Issue 19: an elementwise op on an 18 GiB input (one plain call peaks at 36 GiB:
     input and output) runs to a verdict on an 80 GB GPU, both sides' workers alive at
