@@ -28,7 +28,10 @@ result.json history (``schema_version``):
        largest of each kind and the request it happened in; ``requests``: per request
        name), from ``bench/ledger.py``; and ``memory`` in a run that ended before its
        plan (exit 5) holds the measured figures with null plan fields. Upgrading a 3
-       sets ``memory.measured`` to null where ``memory`` is an object.
+       sets ``memory.measured`` to null where ``memory`` is an object. Each request's
+       ``held_allocated`` (GPU bytes allocated as it began, the largest over its
+       counts) came later within 4, as an added key: files without it read as they are,
+       and readers take its absence as not measured.
 samples.csv history (column ``schema_version``):
   1 -- case, side, round, position, number, seconds, t_start, t_end, flagged.
   2 -- adds call_seconds (the call's CUDA-event time beside ``seconds`` when ``seconds``
