@@ -155,7 +155,7 @@ class Server:
         from .transport import collect_sent
 
         gc.collect()
-        collect_sent()  # exported tensors dropped since: freed only now (see collect_sent)
+        collect_sent()  # a sent tensor whose consumer closed after this side dropped it (see collect_sent)
         torch.cuda.empty_cache()
 
     def _recheck(self, m: Mapping[str, Any]) -> Dict[str, Any]:

@@ -236,13 +236,13 @@ def collect_sent() -> None:
     consumer has closed.
 
     torch keeps a CUDA tensor sent to another process in a "limbo" list when the producer
-    drops it, until ``torch.cuda.ipc_collect()`` in the *producer* finds the consumers'
-    reference count at zero (it also collects when an allocation would otherwise fail, so
-    nothing runs out of memory, but every peak until then counts it). On KernelBench's
-    6 GiB sigmoid on an H100, the candidate's worker, which exports its trial inputs and
-    outputs to the judge, began the measurement with 6 GiB of the preflight's tensors
-    still allocated (result.json's ``memory.measured``: 12 GiB at ``prepare`` for one 6 GiB
-    input set, against the baseline's 6)."""
+    drops it while a consumer still holds it, and frees it at a later collection
+    (``torch.cuda.ipc_collect()``, the next deletion of a sent tensor, or an allocation
+    that would otherwise fail) that finds the consumers' count at zero. In this
+    protocol the consumer closes first, so the deletion itself frees the memory, and
+    this call is a safety net for a consumer that closed late. It did not free the 6 GiB
+    that KernelBench's sigmoid kept allocated in the candidate's worker on an H100: that
+    was a count that never reached zero (see :class:`Importer`)."""
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.ipc_collect()
 

@@ -96,12 +96,11 @@ def test_the_baselines_trials_hold_no_earlier_trials_tensors_on_the_gpu(elementw
 
 def test_the_candidates_exported_tensors_are_freed_once_the_judge_is_done(elementwise_run):
     """The candidate's worker exports each trial's inputs and outputs to the judge; torch
-    frees a sent tensor only when the producer collects (bench/transport.collect_sent)
-    and every consumer counted it down once (the judge opened the first trial's inputs
-    twice: transport.Importer). Before both, KernelBench's 6 GiB sigmoid began the
-    candidate's measurement with 6 GiB of the preflight still allocated (12 GiB at
-    ``prepare`` for one 6 GiB set, the baseline 6, on an H100), and this run's trials
-    began with 3 GiB. Here: a trial begins with at most the previous trial's 2 GiB (its
+    frees a sent tensor only when every consumer counted it down once, and the judge
+    opened the first trial's inputs twice (transport.Importer now reuses the first
+    open). Before that, KernelBench's 6 GiB sigmoid began the candidate's measurement
+    with 6 GiB of the preflight still allocated (12 GiB at ``prepare`` for one 6 GiB
+    set, the baseline 6, on an H100), and this run's trials began with 3 GiB. Here: a trial begins with at most the previous trial's 2 GiB (its
     inputs and output, dropped as the request begins), and the measurement begins with
     nothing of the preflight's."""
     result, _ = elementwise_run
