@@ -1,0 +1,142 @@
+"""What the defences' checks around each timed block cost inside the workers (issue #13).
+
+A script, not a test. ``defence_overhead.py --micro`` times each check in a hot loop in
+this process; this one times them where they run: in both workers of one real run, right
+after the side's timed calls. It wraps the checks ``SideBench.block`` makes (the function
+and state snapshots, ``settle``, the CPU-time account, the child-process and thread
+counts) with a clock, runs the manifest with the workers forked from this process (so
+they inherit the wrappers), and prints, per check, how often it ran and its seconds per
+block, summed over both sides and every process of the run, beside the hot-loop figure of
+the same check in this process, measured after the run.
+
+    python benchmarks/block_checks.py [MANIFEST] [-- key=value ...]
+
+Default: ``manifests/examples/cpu/honest-win.yaml`` at ``measure=quick``,
+``measure.max_seconds=2``, ``measure.target_ci=0`` (as ``defence_overhead.py``). CPU only:
+the workers must be forked (``defences.start_method=fork``).
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT = ROOT / "manifests/examples/cpu/honest-win.yaml"
+
+#: (label, owner, attribute): what is wrapped. ``owner`` is a module or class of
+#: ``expkit.bench.side``'s namespace, where ``block`` looks the names up.
+WRAPPED = [
+    ("block (whole request)", "SideBench", "block"),
+    ("tamper_findings", "SideBench", "tamper_findings"),
+    ("  function snapshot (hot)", "FunctionSnapshot", "changed"),
+    ("  state snapshot", "module", "snapshot_state"),
+    ("  state comparison", "module", "state_changes"),
+    ("settle", "module", "settle"),
+    ("CPU-time account: begin", "ResourceAccount", "begin"),
+    ("CPU-time account: end", "ResourceAccount", "end"),
+    ("child processes", "module", "child_pids"),
+    ("new threads", "module", "new_activity"),
+    ("parked threads", "module", "parked_new_threads"),
+]
+
+
+def _wrap(owner: Any, attr: str, label: str, acc: Dict[str, float], cnt: collections.Counter) -> None:
+    f = getattr(owner, attr)
+
+    def timed(*a: Any, **k: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return f(*a, **k)
+        finally:
+            acc[label] += time.perf_counter() - t0
+            cnt[label] += 1
+
+    setattr(owner, attr, timed)
+
+
+def _hot_loop(n: int = 200) -> Dict[str, float]:
+    """Seconds per call of the snapshots in a hot loop, on a side built in this process."""
+    from expkit.bench.side import BASELINE, SideBench
+    from expkit.checks.global_state import snapshot_state
+    from expkit.manifest.settings import Settings
+    from expkit.manifest.spec import load
+
+    lm = load(DEFAULT)
+    side = SideBench(lm, Settings(), "cpu", BASELINE)
+    side.prepare(lm.manifest.cases[0].name, run_seed=1, salt_seed=2, input_sets=1)
+    side.block(4)
+    out = {}
+    for label, fn in (("  function snapshot (hot)", lambda: side.funcs0.changed(hot_only=True)),
+                      ("  state snapshot", snapshot_state)):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        out[label] = (time.perf_counter() - t0) / n
+    side.close()
+    return out
+
+
+def main(argv: List[str]) -> int:
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = argv[:argv.index("--")] if "--" in argv else argv
+    manifest = Path(args[0]) if args else DEFAULT
+    sys.path.insert(0, str(ROOT))
+    from expkit.bench import side as S
+    from expkit.runner import run_manifest
+
+    dump = Path(tempfile.mkdtemp(prefix="block-checks-"))
+    acc: Dict[str, float] = collections.defaultdict(float)
+    cnt: collections.Counter = collections.Counter()
+    originals = []
+    for label, owner, attr in WRAPPED:
+        target = S if owner == "module" else getattr(S, owner)
+        originals.append((target, attr, getattr(target, attr)))
+        _wrap(target, attr, label, acc, cnt)
+    close: Callable[..., Any] = S.SideBench.close
+
+    def close_and_dump(self: Any) -> Any:
+        if cnt:
+            (dump / f"{self.role}-{os.getpid()}.json").write_text(json.dumps({"acc": acc, "cnt": cnt}))
+        return close(self)
+
+    S.SideBench.close = close_and_dump
+    overrides = ["measure=quick", "measure.max_seconds=2", "measure.target_ci=0.0", "defences.enabled=true",
+                 "defences.start_method=fork", *extra]
+    result = run_manifest(manifest, overrides, out_dir=dump / "run").result
+    # After the run: torch's thread pool, started by the hot loop's ops, must not be in
+    # the process the workers fork from (their first parallel op would hang).
+    S.SideBench.close = close
+    for target, attr, f in originals:
+        setattr(target, attr, f)
+    hot = _hot_loop()
+    total: Dict[str, float] = collections.defaultdict(float)
+    calls: collections.Counter = collections.Counter()
+    for f in glob.glob(str(dump / "*.json")):
+        d = json.loads(Path(f).read_text())
+        for k, v in d["acc"].items():
+            total[k] += v
+        calls.update(d["cnt"])
+    blocks = calls["block (whole request)"] or 1
+    print(f"{manifest.name}, {' '.join(overrides)}: verdict {result['verdict']}, {blocks} timed blocks "
+          f"(both sides, every process)\n")
+    print("| check | calls | total s | us per block | us per call, hot loop here |")
+    print("|---|---|---|---|---|")
+    for label, _, _ in WRAPPED:
+        if label not in calls:
+            continue
+        h = hot.get(label)
+        print(f"| {label} | {calls[label]} | {total[label]:.3f} | {total[label] / blocks * 1e6:.0f} | "
+              f"{'' if h is None else f'{h * 1e6:.0f}'} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
