@@ -263,9 +263,9 @@ class SideBench:
         self._drop_trial(keep_held=False)
 
     def _drop_trial(self, keep_held: bool) -> None:
-        """Drop the last trial's tensors (the previous trial's too unless ``keep_held``), then
-        free what was exported of them (:func:`.transport.collect_sent`): the judge has
-        closed its views by now, and its ``release`` comes before the next trial's inputs."""
+        """Drop the last trial's tensors (the previous trial's too unless ``keep_held``); the
+        judge has closed its views by now (its ``release`` comes before the next trial's
+        inputs), and :func:`.transport.collect_sent` frees any a late close left behind."""
         self.exporter.release_exports()
         self.trial_outputs, self.trial_inputs_, self._rerun = None, (), None
         if not keep_held:

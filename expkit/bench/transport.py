@@ -215,8 +215,8 @@ class Exporter:
     def release_exports(self, keep: Sequence[torch.Tensor] = ()) -> None:
         """Drop exported copies but keep the files that back ``keep`` (placed input sets).
 
-        A device tensor freed here is freed for good only by :func:`collect_sent`, once no
-        other reference in this process holds it: callers drop theirs, then collect."""
+        A device tensor dropped here is freed once no other reference in this process
+        holds it and its consumer has closed (:func:`collect_sent` for one that closed late)."""
         keep_paths = {p for p in (self._segment_of(t) for t in keep if isinstance(t, torch.Tensor)
                                   and t.device.type == "cpu" and t.numel()) if p is not None}
         keep_names = {p for p, _ in keep_paths}
@@ -265,8 +265,7 @@ class Importer:
 
     def __init__(self) -> None:
         self._segments: Dict[str, _Segment] = {}
-        self._views: List[torch.Tensor] = []
-        self._opened: Dict[Tuple[Any, ...], torch.Tensor] = {}
+        self._opened: Dict[Tuple[Any, ...], torch.Tensor] = {}  # every view opened, until close
 
     def open(self, descs: Sequence[Descriptor]) -> List[torch.Tensor]:
         out = []
@@ -280,9 +279,7 @@ class Importer:
 
     def _open(self, d: Descriptor) -> torch.Tensor:
         if d["kind"] == "local":
-            t = _LOCAL[int(d["id"])]
-            self._views.append(t)
-            return t
+            return _LOCAL[int(d["id"])]
         dtype = _dtype(d["dtype"])
         if d["kind"] == "host":
             path = str(d["path"])
@@ -306,11 +303,9 @@ class Importer:
                                     int(d["ref_offset"]), dec(d["event_handle"]), bool(d["event_sync"]))
         else:
             raise ValueError(f"unknown descriptor kind {d.get('kind')!r}")
-        self._views.append(t)
         return t
 
     def close(self) -> None:
-        self._views.clear()
         self._opened.clear()
         for seg in self._segments.values():
             seg.close()
