@@ -7,7 +7,9 @@ and state snapshots, ``settle``, the CPU-time account, the child-process and thr
 counts) with a clock, runs the manifest with the workers forked from this process (so
 they inherit the wrappers), and prints, per check, how often it ran and its seconds per
 block, summed over both sides and every process of the run, beside the hot-loop figure of
-the same check in this process, measured after the run.
+the same check in this process, measured after the run. In this process it also times
+each block request's wait beyond the worker's own account of the block (the channel and
+the wake-ups), and the opening and closing of the later processes' worker pairs.
 
     python benchmarks/block_checks.py [MANIFEST] [-- key=value ...]
 
@@ -108,12 +110,43 @@ def main(argv: List[str]) -> int:
         return close(self)
 
     S.SideBench.close = close_and_dump
+    # In this process: each block request's wait beyond the worker's own account of it
+    # (the channel and the wake-ups), and the replicates' pairs opened and closed.
+    from expkit.bench import endpoint as E, pair as P, replicates as R
+
+    beyond: List[float] = []
+    pairs: Dict[str, List[float]] = {"open": [], "close": []}
+    request, open_pair, pair_close = E.WorkerEndpoint.request, R.open_pair, P.Pair.close
+
+    def timed_request(self: Any, op: str, **payload: Any) -> Any:
+        t0 = time.perf_counter()
+        rep = request(self, op, **payload)
+        if op == "block":
+            beyond.append(time.perf_counter() - t0 - rep["wall"])
+        return rep
+
+    def timed_open(*a: Any, **k: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return open_pair(*a, **k)
+        finally:
+            pairs["open"].append(time.perf_counter() - t0)
+
+    def timed_close(self: Any, *a: Any, **k: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return pair_close(self, *a, **k)
+        finally:
+            pairs["close"].append(time.perf_counter() - t0)
+
+    E.WorkerEndpoint.request, R.open_pair, P.Pair.close = timed_request, timed_open, timed_close
     overrides = ["measure=quick", "measure.max_seconds=2", "measure.target_ci=0.0", "defences.enabled=true",
                  "defences.start_method=fork", *extra]
     result = run_manifest(manifest, overrides, out_dir=dump / "run").result
     # After the run: torch's thread pool, started by the hot loop's ops, must not be in
     # the process the workers fork from (their first parallel op would hang).
     S.SideBench.close = close
+    E.WorkerEndpoint.request, R.open_pair, P.Pair.close = request, open_pair, pair_close
     for target, attr, f in originals:
         setattr(target, attr, f)
     hot = _hot_loop()
@@ -135,6 +168,14 @@ def main(argv: List[str]) -> int:
         h = hot.get(label)
         print(f"| {label} | {calls[label]} | {total[label]:.3f} | {total[label] / blocks * 1e6:.0f} | "
               f"{'' if h is None else f'{h * 1e6:.0f}'} |")
+    if beyond:
+        import statistics
+
+        print(f"\nIn the parent: each block request waited {statistics.median(beyond) * 1e6:.0f} us (median; "
+              f"{sum(beyond):.3f} s over {len(beyond)} blocks) beyond the worker's own wall time for it. "
+              f"Pairs of workers: {len(pairs['open'])} opened for later processes, "
+              f"{sum(pairs['open']):.3f} s ({', '.join(f'{x:.3f}' for x in pairs['open'])}); "
+              f"{len(pairs['close'])} closed, {sum(pairs['close']):.3f} s.")
     return 0
 
 
