@@ -17,8 +17,32 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
+PROBE = """
+import sys, threading, time
+t = time.perf_counter()
+from expkit.bench import endpoint
+def say(when):
+    print(f"{when}: fork safe {endpoint.fork_is_safe()}, libcuda mapped {endpoint._driver_loaded()}, "
+          f"native threads {endpoint._native_threads()} (at torch import {endpoint._THREADS_AT_IMPORT}), "
+          f"Python threads {threading.active_count()}", flush=True)
+say("after importing expkit.bench")
+from expkit.cli import commands
+from expkit import api
+say("after importing the CLI and the API")
+from expkit.manifest import load
+from expkit.manifest.settings import load_settings
+lm = load(sys.argv[1])
+say("after loading the manifest")
+settings = load_settings(["measure=quick"], lm.manifest.measure)
+say("after composing the settings")
+"""
+
+
 def main() -> None:
     manifest = sys.argv[1]
+    # What a CLI run's parent looks like before it starts its workers: a fork needs no
+    # CUDA driver and no extra thread in it (expkit.bench.endpoint.fork_is_safe).
+    subprocess.run([sys.executable, "-c", PROBE, manifest], check=False, cwd=REPO)
     for mod in ("torch", "torch._dynamo", "torch.profiler", "torch._inductor.standalone_compile", "triton"):
         t = time.perf_counter()
         subprocess.run([sys.executable, "-c", f"import {mod}"], check=False)
@@ -38,7 +62,8 @@ def main() -> None:
     print(f"fork server up: {time.perf_counter() - t:.2f} s", flush=True)
     t = time.perf_counter()
     pair = open_pair(lm, settings, lm.manifest.device)
-    print(f"both workers said hello: {time.perf_counter() - t:.2f} s", flush=True)
+    print(f"both workers said hello: {time.perf_counter() - t:.2f} s "
+          f"(start method {pair.evidence.get('start_method')})", flush=True)
     t = time.perf_counter()
     pair.plan_memory(1)
     print(f"memory plan (one plain call): {time.perf_counter() - t:.2f} s", flush=True)

@@ -33,6 +33,7 @@
 #   hold       scripts/debug_hold.py (the CUDA timer's holds block by block; the L2 pair's figures)
 #   adv:NAMES  the named GPU adversarial manifests, each run folder kept whole (result.json, report)
 #   l2         the L2-resident adversarial pair warm and cold, with each timer: its figures side by side
+#   start:LIST  after kb:LIST: scripts/debug_start.py and scripts/debug_contexts.py on those manifests
 #   timeline:LIST  benchmarks/request_times.py on the manifests kb:LIST wrote (where a run's wall goes)
 #   fidelity   benchmarks/timing_fidelity.py --quick
 #   fidelity-full  benchmarks/timing_fidelity.py
@@ -150,6 +151,14 @@ for step in "$@"; do
             measure.cold=$c --out "$d" --quiet > "$d.log" 2>&1 )
         python3 -c "import json,sys; r=json.load(open(sys.argv[1])); c=r['measured']['cases']['c']; print(sys.argv[2], r['verdict'], r['timing'].get('method'), {k: v for k, v in c.items() if not isinstance(v, (list, dict))})" "$d/result.json" "$t cold=$c" 2>&1 | tee -a "$B/l2.txt"
       done; done ;;
+    start:*)  # after kb:LIST: where each run's start goes, and which processes hold GPU memory
+      for n in $(echo "${step#start:}" | tr , ' '); do
+        for m in /tmp/kb-work/level1/manifests/${n}_*.yaml; do
+          step_limit 120 python3 scripts/debug_start.py "$m" 2>&1 | grep -v Warning > "$B/start-$n.txt"
+          step_limit 120 python3 scripts/debug_contexts.py "$m" measure=quick >> "$B/start-$n.txt" 2>&1
+          tail -30 "$B/start-$n.txt"
+        done
+      done ;;
     timeline:*)  # after kb:LIST: each run's wall time request by request
       for n in $(echo "${step#timeline:}" | tr , ' '); do
         for m in /tmp/kb-work/level1/manifests/${n}_*.yaml; do
