@@ -26,6 +26,9 @@ def say(when):
           f"native threads {endpoint._native_threads()} (at torch import {endpoint._THREADS_AT_IMPORT}), "
           f"Python threads {threading.active_count()}", flush=True)
 say("after importing expkit.bench")
+import collections, os
+names = collections.Counter(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
+print("native threads by name:", dict(names), flush=True)
 from expkit.cli import commands
 from expkit import api
 say("after importing the CLI and the API")

@@ -24,11 +24,52 @@ def test_the_driver_library_in_the_memory_map_marks_the_process(tmp_path: Path):
     assert not endpoint._driver_loaded(str(tmp_path / "missing"))
 
 
+def test_the_driver_mapped_but_never_initialised_leaves_the_process_fit_to_fork(monkeypatch):
+    """On a GPU machine ``import torch`` maps the driver library without initialising it
+    (H100, torch 2.11: ``scripts/debug_start.py``); such a process forks safely."""
+    monkeypatch.setattr(endpoint.torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(endpoint, "_driver_loaded", lambda maps="": "/usr/lib/libcuda.so.1")
+    monkeypatch.setattr(endpoint, "_driver_initialised", lambda path: False)
+    assert not endpoint._cuda_initialised()
+
+
+class _Driver:
+    def __init__(self, rc: int) -> None:
+        self.rc, self.calls = rc, 0
+
+    def cuDeviceGetCount(self, ref) -> int:
+        self.calls += 1
+        return self.rc
+
+
+@pytest.mark.parametrize("rc, initialised", [(3, False), (0, True), (100, True)])
+def test_the_driver_is_asked_whether_it_was_initialised(rc, initialised):
+    """Only CUDA_ERROR_NOT_INITIALIZED (3) means never initialised; success (0) or any other
+    error (100, no device) counts as initialised: forking then costs nothing but speed."""
+    driver = _Driver(rc)
+    assert endpoint._driver_initialised("/x/libcuda.so.1", load=lambda p: driver) is initialised
+    assert driver.calls == 1
+
+
+def test_a_driver_that_cannot_be_asked_counts_as_initialised():
+    def refuse(path):
+        raise OSError("not loaded")
+
+    assert endpoint._driver_initialised("/x/libcuda.so.1", load=refuse)
+
+
+def test_the_mapped_driver_librarys_path_is_read_from_the_memory_map(tmp_path: Path):
+    maps = tmp_path / "maps"
+    maps.write_bytes(b"7f00-7f10 r-xp 00000000 00:00 1   /usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04\n")
+    assert endpoint._driver_loaded(str(maps)) == "/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04"
+
+
 def test_a_process_that_touched_the_driver_does_not_fork(monkeypatch):
-    """``torch.cuda.is_available()`` loads the driver without initialising torch's CUDA
+    """``torch.cuda.is_available()`` initialises the driver without initialising torch's CUDA
     state; a child forked after it fails ("Cannot re-initialize CUDA in forked subprocess")."""
     monkeypatch.setattr(endpoint.torch.cuda, "is_initialized", lambda: False)
-    monkeypatch.setattr(endpoint, "_driver_loaded", lambda maps="": True)
+    monkeypatch.setattr(endpoint, "_driver_loaded", lambda maps="": "/usr/lib/libcuda.so.1")
+    monkeypatch.setattr(endpoint, "_driver_initialised", lambda path: True)
     assert endpoint._cuda_initialised()
     assert not endpoint.fork_is_safe()
     assert endpoint._context("auto").get_start_method() != "fork"

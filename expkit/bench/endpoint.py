@@ -42,7 +42,7 @@ import tempfile
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import torch  # before _THREADS_AT_IMPORT: its own helper thread is not ours
 
@@ -73,25 +73,54 @@ class OutOfMemory(RemoteError):
 
 
 def _cuda_initialised() -> bool:
-    """Whether this process has touched the CUDA driver, so that a forked child cannot use
-    CUDA. ``torch.cuda.is_initialized()`` alone is not enough: ``torch.cuda.is_available()``
+    """Whether this process has initialised the CUDA driver, so that a forked child cannot
+    use CUDA. ``torch.cuda.is_initialized()`` alone is not enough: ``torch.cuda.is_available()``
     and ``device_count()`` initialise the driver (and mark the process unfit to fork)
     without initialising torch's CUDA state, as a test module's ``skipif`` does at
-    collection. The driver's library mapped into the process is the sign of both."""
+    collection. A driver library merely mapped is not enough the other way: on a GPU
+    machine ``import torch`` maps it without initialising it, and a process that never
+    called ``cuInit`` forks as safely as one without the library. So where the library is
+    mapped, the driver itself is asked (:func:`_driver_initialised`)."""
     try:
         if torch.cuda.is_initialized():
             return True
     except Exception:
         return True
-    return _driver_loaded()
+    path = _driver_loaded()
+    return path is not None and _driver_initialised(path)
 
 
-def _driver_loaded(maps: str = "/proc/self/maps") -> bool:
+def _driver_loaded(maps: str = "/proc/self/maps") -> Optional[str]:
+    """The path of the CUDA driver library mapped into this process, or None."""
     try:
         with open(maps, "rb") as f:
-            return any(b"libcuda.so" in line for line in f)
+            for line in f:
+                if b"libcuda.so" in line:
+                    return line.split(None, 5)[-1].strip().decode(errors="replace")
     except OSError:
-        return False
+        return None
+    return None
+
+
+#: ``CUDA_ERROR_NOT_INITIALIZED``: what the driver API answers before ``cuInit``.
+_NOT_INITIALIZED = 3
+
+
+def _driver_initialised(path: str, *, load: Optional[Callable[[str], Any]] = None) -> bool:
+    """Whether the mapped driver library at ``path`` has been initialised: every driver call
+    but ``cuInit`` and a few version queries answers ``CUDA_ERROR_NOT_INITIALIZED`` before
+    it, and ``cuDeviceGetCount`` starts nothing. The library is opened only if already
+    loaded (``RTLD_NOLOAD``). Anything but that one answer counts as initialised: a wrong
+    "not initialised" would fork a child that cannot use CUDA, a wrong "initialised" costs
+    only the fork server's start. ``load`` is the seam for tests."""
+    import ctypes
+
+    try:
+        lib = (load or (lambda p: ctypes.CDLL(p, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)))(path)
+        count = ctypes.c_int(0)
+        return int(lib.cuDeviceGetCount(ctypes.byref(count))) != _NOT_INITIALIZED
+    except Exception:
+        return True
 
 
 def _native_threads() -> int:

@@ -1,0 +1,41 @@
+"""How a GPU run's workers start (run on a CUDA GPU).
+
+A fresh process that imported torch has the CUDA driver library mapped on a GPU machine
+but has not initialised it: its workers fork from it, and use CUDA. One that called
+``torch.cuda.is_available()`` has initialised it: its workers come from the fork server.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _python(code: str, *args: str, timeout: float = 120) -> str:
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_the_driver_says_whether_this_process_initialised_it():
+    code = ("from expkit.bench import endpoint as e; before = e._cuda_initialised(); import torch; "
+            "torch.cuda.is_available(); print(before, e._cuda_initialised(), e._driver_loaded() is not None)")
+    assert _python(code) == "False True True"
+
+
+def test_a_cli_run_on_the_gpu_forks_its_workers_and_they_use_cuda(tmp_path):
+    out = tmp_path / "honest"
+    proc = subprocess.run([sys.executable, "-m", "expkit", "run", str(ROOT / "manifests/examples/gpu/honest.yaml"),
+                           "measure=quick", "--out", str(out), "--quiet"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    result = json.loads((out / "result.json").read_text())
+    assert result["defences"]["start_method"] == "fork", result["defences"]
+    assert proc.returncode == 0 and result["verdict"] == "supported", (result["reasons"], proc.stderr[-2000:])
+    assert result["environment"]["gpu"]["name"]
