@@ -33,6 +33,7 @@
 #   hold       scripts/debug_hold.py (the CUDA timer's holds block by block; the L2 pair's figures)
 #   adv:NAMES  the named GPU adversarial manifests, each run folder kept whole (result.json, report)
 #   l2         the L2-resident adversarial pair warm and cold, with each timer: its figures side by side
+#   pyc        whether torch's bytecode is cached on the device, and import times with a cache
 #   start:LIST  after kb:LIST: scripts/debug_start.py and scripts/debug_contexts.py on those manifests
 #   timeline:LIST  benchmarks/request_times.py on the manifests kb:LIST wrote (where a run's wall goes)
 #   fidelity   benchmarks/timing_fidelity.py --quick
@@ -151,6 +152,17 @@ for step in "$@"; do
             measure.cold=$c --out "$d" --quiet > "$d.log" 2>&1 )
         python3 -c "import json,sys; r=json.load(open(sys.argv[1])); c=r['measured']['cases']['c']; print(sys.argv[2], r['verdict'], r['timing'].get('method'), {k: v for k, v in c.items() if not isinstance(v, (list, dict))})" "$d/result.json" "$t cold=$c" 2>&1 | tee -a "$B/l2.txt"
       done; done ;;
+    pyc)  # whether the device's Python finds compiled bytecode for torch, and what importing costs without and with a cache
+      { python3 - <<'PY'
+import os, torch
+d = os.path.dirname(torch.__file__)
+print("torch at", d, "writable", os.access(d, os.W_OK), "| _dynamo/__pycache__ exists",
+      os.path.isdir(os.path.join(d, "_dynamo", "__pycache__")), "| PYTHONDONTWRITEBYTECODE", os.environ.get("PYTHONDONTWRITEBYTECODE"))
+PY
+        for env in "" "PYTHONPYCACHEPREFIX=/tmp/pyc" "PYTHONPYCACHEPREFIX=/tmp/pyc"; do
+          TIMEFORMAT="import torch._dynamo, ${env:-no cache prefix}: %R s"
+          time env $env python3 -c "import torch._dynamo"
+        done; } 2>&1 | tee "$B/pyc.txt" ;;
     start:*)  # after kb:LIST: where each run's start goes, and which processes hold GPU memory
       for n in $(echo "${step#start:}" | tr , ' '); do
         for m in /tmp/kb-work/level1/manifests/${n}_*.yaml; do

@@ -129,3 +129,36 @@ def test_the_worker_start_is_warmed_only_where_workers_start(tmp_path, monkeypat
     with pytest.raises(RuntimeError, match="stop after the start"):
         runner.run_manifest(manifest, ["measure=quick", f"defences.isolate={isolate}"], tmp_path)
     assert calls == warmed
+
+
+def test_the_parents_gpu_telemetry_never_initialises_cuda_here(monkeypatch):
+    """The replicates' NVML log opens the GPU the baseline's worker reported, by its UUID.
+    Asking torch here (``current_device``, ``get_device_properties``) initialised the driver
+    in the parent on an H100, and every later replicate's workers came from the fork
+    server: ``scripts/debug_contexts.py`` at fbadffc showed the first pair forked and the
+    other four started from it (benchmarks/results/h100-2026-11-25/start_26_fbadffc.txt)."""
+    from expkit.bench import replicates
+    from expkit.timing import telemetry
+
+    asked = []
+
+    def touched(*a, **k):
+        asked.append(a)
+        raise AssertionError("the parent asked torch.cuda")
+
+    for name in ("current_device", "get_device_properties", "is_available", "device_count", "init"):
+        monkeypatch.setattr(endpoint.torch.cuda, name, touched)
+    opened = []
+
+    def fake_open(index, *, uuid=None, **k):
+        opened.append((index, uuid))
+        return telemetry.NullTelemetry("fake", index) if uuid == "GPU-gone" else "tel"
+
+    monkeypatch.setattr(telemetry, "open_telemetry", fake_open)
+    assert replicates._telemetry("cuda", {"index": 1, "uuid": "GPU-abc"}) == "tel"
+    assert opened == [(1, "GPU-abc")]
+    opened.clear()
+    assert replicates._telemetry("cuda", {"index": 0, "uuid": "GPU-gone"}) == "tel"  # by index after the UUID
+    assert opened == [(0, "GPU-gone"), (0, None)]
+    assert replicates._telemetry("cpu", None) is None
+    assert asked == []

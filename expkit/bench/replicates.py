@@ -17,12 +17,23 @@ from ..timing import measure
 from .pair import Pair, busiest, open_pair
 
 
-def _telemetry(device: str) -> Any:
+def _telemetry(device: str, gpu: Optional[Dict[str, Any]]) -> Any:
+    """NVML's view of the GPU the baseline's worker reported (its UUID, else its index).
+
+    Never through torch: ``torch.cuda.current_device()`` here would initialise the CUDA
+    driver in this process, and every later replicate's workers would then come from the
+    fork server (on an H100, its start cost each KernelBench run seconds)."""
     if device != "cuda":
         return None
     from ..timing import telemetry
 
-    return telemetry.for_device(device)
+    gpu = gpu or {}
+    index = int(gpu.get("index") or 0)
+    uuid = gpu.get("uuid")
+    tel = telemetry.open_telemetry(index, uuid=uuid)
+    if isinstance(tel, telemetry.NullTelemetry) and uuid is not None:
+        tel = telemetry.open_telemetry(index)
+    return tel
 
 
 class Replicates:
@@ -35,13 +46,14 @@ class Replicates:
         self.lm, self.settings, self.device, self.first = lm, settings, device, first
         self.run_seed, self.memory, self.out_dir = run_seed, memory, out_dir
         self.findings: List[Finding] = []
-        self.tel = _telemetry(device)
+        self.tel = _telemetry(device, first.gpu)
         self.logs: Dict[str, List[Any]] = {}
 
     def open(self, r: int) -> "_Replicate":
         if r == 0:
             return _Replicate(self, self.first, r)
         pair = open_pair(self.lm, self.settings, self.device)
+        self.first.evidence.setdefault("replicate_start_methods", []).append(pair.evidence.get("start_method"))
         pair.siblings = [p for p in (self.first.b.pid(), self.first.c.pid()) if p]
         pair.adopt_memory(self.memory)
         self.findings += pair.findings()

@@ -36,6 +36,7 @@ def test_a_cli_run_on_the_gpu_forks_its_workers_and_they_use_cuda(tmp_path):
                            "measure=quick", "--out", str(out), "--quiet"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     result = json.loads((out / "result.json").read_text())
-    assert result["defences"]["start_method"] == "fork", result["defences"]
+    d = result["defences"]
+    assert d["start_method"] == "fork" and set(d["replicate_start_methods"]) == {"fork"}, d
     assert proc.returncode == 0 and result["verdict"] == "supported", (result["reasons"], proc.stderr[-2000:])
-    assert result["environment"]["gpu"]["name"]
+    assert result["environment"]["gpu"]
