@@ -33,6 +33,7 @@
 #   hold       scripts/debug_hold.py (the CUDA timer's holds block by block; the L2 pair's figures)
 #   adv:NAMES  the named GPU adversarial manifests, each run folder kept whole (result.json, report)
 #   l2         the L2-resident adversarial pair warm and cold, with each timer: its figures side by side
+#   forksafe   scripts/debug_fork_safety.py on the honest GPU example
 #   pyc        whether torch's bytecode is cached on the device, and import times with a cache
 #   start:LIST  after kb:LIST: scripts/debug_start.py and scripts/debug_contexts.py on those manifests
 #   timeline:LIST  benchmarks/request_times.py on the manifests kb:LIST wrote (where a run's wall goes)
@@ -152,6 +153,9 @@ for step in "$@"; do
             measure.cold=$c --out "$d" --quiet > "$d.log" 2>&1 )
         python3 -c "import json,sys; r=json.load(open(sys.argv[1])); c=r['measured']['cases']['c']; print(sys.argv[2], r['verdict'], r['timing'].get('method'), {k: v for k, v in c.items() if not isinstance(v, (list, dict))})" "$d/result.json" "$t cold=$c" 2>&1 | tee -a "$B/l2.txt"
       done; done ;;
+    forksafe)  # which parent-side step of a GPU run leaves the parent unfit to fork (scripts/debug_fork_safety.py)
+      step_limit 150 python3 scripts/debug_fork_safety.py manifests/examples/gpu/honest.yaml 2>&1 | grep -v Warning \
+        | tee "$B/fork_safety.txt" | tail -12 ;;
     pyc)  # whether the device's Python finds compiled bytecode for torch, and what importing costs without and with a cache
       { python3 - <<'PY'
 import os, torch

@@ -140,15 +140,27 @@ def fork_is_safe() -> bool:
     torch was imported, Python's or native (a fork copies only the calling thread, so a
     lock another thread held stays held in the child, and an OpenMP pool that a torch op
     started is broken there: a worker forked from a process that had run a parallel op
-    hung in its first one), no CUDA context (CUDA in a forked child of a process that
-    initialised it fails), and fork available. The runner runs no torch op, starts no
-    thread before its workers and never initialises CUDA, so the parent of a CLI run
-    qualifies; a notebook or a test session that computed with torch does not."""
+    hung in its first one), CUDA's driver never initialised (CUDA in a forked child of a
+    process that initialised it fails), and fork available. The runner runs no torch op,
+    starts no thread before its workers and never initialises CUDA, so the parent of a CLI
+    run qualifies; a notebook or a test session that computed with torch does not."""
+    return fork_unsafe_reason() is None
+
+
+def fork_unsafe_reason() -> Optional[str]:
+    """Why this process cannot fork a worker safely (:func:`fork_is_safe`), or None."""
     import threading
 
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return "fork is not available here"
+    if threading.active_count() != 1:
+        return f"{threading.active_count()} Python threads: " + ", ".join(t.name for t in threading.enumerate())
     now = _native_threads()
-    return ("fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
-            and 0 < now <= _THREADS_AT_IMPORT and not _cuda_initialised())
+    if not 0 < now <= _THREADS_AT_IMPORT:
+        return f"{now} native threads, {_THREADS_AT_IMPORT} once torch was imported"
+    if _cuda_initialised():
+        return "CUDA's driver is initialised in this process"
+    return None
 
 
 def _context(method: str, device: str = "cpu") -> Any:

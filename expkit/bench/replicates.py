@@ -14,6 +14,7 @@ from ..core.findings import Finding
 from ..manifest.settings import Settings
 from ..manifest.spec import LoadedManifest
 from ..timing import measure
+from .endpoint import fork_unsafe_reason
 from .pair import Pair, busiest, open_pair
 
 
@@ -52,8 +53,11 @@ class Replicates:
     def open(self, r: int) -> "_Replicate":
         if r == 0:
             return _Replicate(self, self.first, r)
+        why = fork_unsafe_reason() if self.settings.defences.start_method == "auto" else None
         pair = open_pair(self.lm, self.settings, self.device)
-        self.first.evidence.setdefault("replicate_start_methods", []).append(pair.evidence.get("start_method"))
+        method = pair.evidence.get("start_method")
+        self.first.evidence.setdefault("replicate_start_methods", []).append(
+            f"{method} ({why})" if why and method != "fork" else method)
         pair.siblings = [p for p in (self.first.b.pid(), self.first.c.pid()) if p]
         pair.adopt_memory(self.memory)
         self.findings += pair.findings()

@@ -37,6 +37,7 @@ def test_a_cli_run_on_the_gpu_forks_its_workers_and_they_use_cuda(tmp_path):
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     result = json.loads((out / "result.json").read_text())
     d = result["defences"]
-    assert d["start_method"] == "fork" and set(d["replicate_start_methods"]) == {"fork"}, d
+    assert d["start_method"] == "fork", d["start_method"]
+    assert set(d["replicate_start_methods"]) == {"fork"}, d["replicate_start_methods"]
     assert proc.returncode == 0 and result["verdict"] == "supported", (result["reasons"], proc.stderr[-2000:])
     assert result["environment"]["gpu"]
