@@ -130,8 +130,27 @@ def _native_threads() -> int:
         return -1
 
 
-#: The process's native threads once torch is imported (this module imports it, through
-#: the bench): importing torch starts one helper thread of its own, which a fork survives.
+def _load_blas_pools() -> None:
+    """Import what starts BLAS thread pools as it loads, before the count below.
+
+    The parent computes its intervals with ``scipy.stats`` during the measurement, and
+    scipy's own OpenBLAS starts its pool of idle threads as it loads (one per core: the
+    parent of a KernelBench run on a 16-core H100 host went from 16 native threads to 33,
+    and every replicate's workers came from the fork server). Such pools are not what the
+    fork check guards against: OpenBLAS stops them before a fork and starts them again
+    after it (its ``pthread_atfork`` handlers), where an OpenMP pool that a torch op started
+    has no such care. Loaded here, they are part of the count a fork may exceed."""
+    try:
+        import scipy.stats  # noqa: F401
+    except Exception:  # scipy is a dependency; a broken install only costs the fork
+        pass
+
+
+_load_blas_pools()
+
+#: The process's native threads once torch and scipy are imported (this module imports
+#: them): importing torch starts one helper thread of its own, scipy its BLAS pool
+#: (:func:`_load_blas_pools`), and a fork survives both.
 _THREADS_AT_IMPORT = _native_threads()
 
 
