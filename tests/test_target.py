@@ -42,3 +42,21 @@ def test_real_trace_cudnn_sdpa_kernel_does_not_fit_an_l4():
     tr = trace.parse_chrome_trace(TRACES / "sdpa_fp16.json")
     found = target.check_kernels(Target(gpu="L4"), tr.kernels)
     assert any(f.invalidates and "134144 B" in f.message for f in found)
+
+
+def test_the_gpu_in_hand_comes_from_the_name_given_never_from_torch(monkeypatch):
+    """The runner's process calls this: reading the GPU through torch.cuda there initialised
+    CUDA and sent every later worker to the fork server. The name the baseline's worker
+    reported is what compares the target with the GPU in hand."""
+    import torch
+
+    def touched(*a, **k):
+        raise AssertionError("asked torch.cuda")
+
+    monkeypatch.setattr(torch.cuda, "is_available", touched)
+    monkeypatch.setattr(torch.cuda, "get_device_name", touched)
+    tile = kernel(block=(128, 1, 1), regs=32, smem=60 * 1024)  # 8% of the L4's warps, 19% of an H100's
+    (alone,) = target.check_kernels(Target(gpu="L4"), [tile], case="c")
+    (here,) = target.check_kernels(Target(gpu="L4"), [tile], case="c", gpu_name="NVIDIA H100 80GB HBM3")
+    assert alone.ok and "in hand" not in alone.message
+    assert not here.ok and "on the NVIDIA H100 SXM5 80GB in hand it keeps 19%" in here.message

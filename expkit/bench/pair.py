@@ -246,7 +246,7 @@ class Pair:
         found = expectations.check_expectations(self.lm.manifest.expect, ct, bt, harness_stream=ct.harness_stream)
         out = [Finding(f.check, f.ok, f.message, run.name, severity=getattr(f, "severity", "invalid"))
                for f in found if not f.ok or run.declared]
-        out += list(target_findings(self.lm, ct, run.name)) + watched
+        out += list(target_findings(self.lm, ct, run.name, (self.gpu or {}).get("name"))) + watched
         swallowed = cp.get("swallowed") or []
         if swallowed and any(not f.ok and f.check in ("identity", "forbidden") for f in out):
             name, msg, fname, line = swallowed[0]

@@ -6,7 +6,7 @@ that runs the preflight in the worker process need not import the orchestrator.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ..core.findings import Finding
 from ..manifest.spec import LoadedManifest
@@ -53,10 +53,11 @@ def kernel_row(k: Any) -> Dict[str, Any]:
             "registers_per_thread": k.registers_per_thread, "shared_memory": k.shared_memory, "stream": k.stream}
 
 
-def target_findings(lm: LoadedManifest, tr: Any, case: str) -> List[Finding]:
-    """Each candidate kernel's launch resources against the claim's target GPU."""
+def target_findings(lm: LoadedManifest, tr: Any, case: str, gpu_name: Optional[str] = None) -> List[Finding]:
+    """Each candidate kernel's launch resources against the claim's target GPU (and the GPU
+    in hand, ``gpu_name``, as the baseline's worker reported it)."""
     if not tr.kernels:
         return []
     from .target import check_kernels
 
-    return list(check_kernels(lm.manifest.target, tr.kernels, case=case))
+    return list(check_kernels(lm.manifest.target, tr.kernels, case=case, gpu_name=gpu_name))

@@ -45,28 +45,33 @@ def _desc(k) -> str:
             f"{k.registers_per_thread} registers/thread, {k.shared_memory} B shared memory)")
 
 
-def _in_hand():
+def _in_hand(gpu_name: Optional[str]):
+    """The catalog's entry for the GPU the run is on, named by the worker that measured it.
+
+    Never read through ``torch.cuda`` here: the runner's process calls this, and CUDA
+    initialised in it sends every later worker to the fork server (on the H100 the honest
+    GPU example's replicates did, until the name came from the baseline's worker)."""
+    if not gpu_name:
+        return None
+    from ..manifest import catalog
+
     try:
-        import torch
-
-        from ..manifest import catalog
-
-        if torch.cuda.is_available():
-            return catalog.match_device(torch.cuda.get_device_name())
+        return catalog.match_device(gpu_name)
     except Exception:
         return None
-    return None
 
 
-def check_kernels(target: Target, kernels: Sequence, *, case: Optional[str] = None) -> List[Finding]:
-    """Findings for each distinct launch configuration among ``kernels``."""
+def check_kernels(target: Target, kernels: Sequence, *, case: Optional[str] = None,
+                  gpu_name: Optional[str] = None) -> List[Finding]:
+    """Findings for each distinct launch configuration among ``kernels``; ``gpu_name`` is the
+    GPU in hand (as the baseline's worker reported it), compared where it is not the target."""
     from .occupancy import occupancy
 
     spec = _target_spec(target)
     lim = target.limits
     if spec is None and all(v is None for v in dataclasses.astuple(lim)):
         return []
-    here = _in_hand()
+    here = _in_hand(gpu_name)
     findings: List[Finding] = []
     seen = set()
     for k in kernels:
