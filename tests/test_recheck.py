@@ -173,7 +173,7 @@ def test_the_two_sides_are_profiled_one_after_the_other():
 
     pair = Pair.__new__(Pair)
     pair.lm = load(Path(__file__).parents[1] / "manifests" / "examples" / "cpu" / "honest-win.yaml")
-    pair.isolated, pair.c, pair.b = True, Side("candidate"), Side("baseline")
+    pair.isolated, pair.c, pair.b, pair.gpu = True, Side("candidate"), Side("baseline"), None
     pair._identity(CaseRun("c", {}, True), 1)
     profiles = [e for e in log if e[2] == "profile"]
     assert profiles == [("ask", "candidate", "profile"), ("got", "candidate", "profile"),

@@ -165,16 +165,19 @@ def test_the_parents_gpu_telemetry_never_initialises_cuda_here(monkeypatch):
 
 
 def test_a_parent_that_computed_its_intervals_with_scipy_can_still_fork():
-    """The parent's statistics load scipy, whose OpenBLAS starts a pool of idle threads
-    (one per core); loaded with this module, it is part of the count a fork may not
-    exceed. Without it, the replicates of every KernelBench run on the H100 came from the
-    fork server (33 native threads against 16: benchmarks/results/h100-2026-11-25/fork_safety_85c803d.txt)."""
+    """The parent's statistics load scipy, whose OpenBLAS starts a pool of idle threads (one
+    per core) as it loads; the replicates of every KernelBench run on the H100 then came from
+    the fork server (33 native threads against 16:
+    benchmarks/results/h100-2026-11-25/fork_safety_85c803d.txt). This module loads scipy
+    with its BLAS on one thread, so no pool starts. (Counting the pool as harmless instead
+    hung a forked worker of this suite on a lock.)"""
     import subprocess
     import sys
 
     code = ("from expkit.bench import endpoint as e; from scipy.stats import norm, t, bootstrap; "
             "import numpy as np; norm.ppf(0.975); t.ppf(0.975, 4); "
-            "bootstrap((np.arange(50.0),), np.mean, n_resamples=200); print(e.fork_unsafe_reason())")
+            "bootstrap((np.arange(50.0),), np.mean, n_resamples=200); a = np.random.rand(300, 300); a @ a; "
+            "print(e.fork_unsafe_reason())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "None"

@@ -130,27 +130,38 @@ def _native_threads() -> int:
         return -1
 
 
-def _load_blas_pools() -> None:
-    """Import what starts BLAS thread pools as it loads, before the count below.
+def _load_scipy_without_a_pool() -> None:
+    """Load ``scipy.stats`` now, its OpenBLAS limited to the calling thread.
 
     The parent computes its intervals with ``scipy.stats`` during the measurement, and
-    scipy's own OpenBLAS starts its pool of idle threads as it loads (one per core: the
-    parent of a KernelBench run on a 16-core H100 host went from 16 native threads to 33,
-    and every replicate's workers came from the fork server). Such pools are not what the
-    fork check guards against: OpenBLAS stops them before a fork and starts them again
-    after it (its ``pthread_atfork`` handlers), where an OpenMP pool that a torch op started
-    has no such care. Loaded here, they are part of the count a fork may exceed."""
+    scipy's OpenBLAS starts one idle thread per core as it loads: the parent of a
+    KernelBench run on a 16-core H100 host went from 16 native threads to 33, and every
+    later replicate's workers came from the fork server, which first imports torch again
+    (``benchmarks/results/h100-2026-11-25/fork_safety_85c803d.txt``). Counting that pool
+    as harmless was tried (5d9a469) and is wrong: on this project's 2-core machine the CPU
+    suite hung, a worker forked beside that pool waiting forever on a lock (in
+    ``honest_issue_matmul``'s run). Loaded here with ``OPENBLAS_NUM_THREADS=1``
+    (read once, as the library loads; the variable is restored at once), scipy starts no
+    thread, and the workers inherit it so: code under test that calls scipy's BLAS runs it
+    on one thread, on both sides alike."""
+    key = "OPENBLAS_NUM_THREADS"
+    before = os.environ.get(key)
+    os.environ[key] = "1"
     try:
         import scipy.stats  # noqa: F401
     except Exception:  # scipy is a dependency; a broken install only costs the fork
         pass
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
 
 
-_load_blas_pools()
+_load_scipy_without_a_pool()
 
-#: The process's native threads once torch and scipy are imported (this module imports
-#: them): importing torch starts one helper thread of its own, scipy its BLAS pool
-#: (:func:`_load_blas_pools`), and a fork survives both.
+#: The process's native threads once torch is imported (this module imports it, through
+#: the bench): importing torch starts one helper thread of its own, which a fork survives.
 _THREADS_AT_IMPORT = _native_threads()
 
 
