@@ -168,9 +168,9 @@ def test_a_parent_that_computed_its_intervals_with_scipy_can_still_fork():
     """The parent's statistics load scipy, whose OpenBLAS starts a pool of idle threads (one
     per core) as it loads; the replicates of every KernelBench run on the H100 then came from
     the fork server (33 native threads against 16:
-    benchmarks/results/h100-2026-11-25/fork_safety_85c803d.txt). This module loads scipy
-    with its BLAS on one thread, so no pool starts. (Counting the pool as harmless instead
-    hung a forked worker of this suite on a lock.)"""
+    benchmarks/results/h100-2026-11-25/fork_safety_85c803d.txt). The bench loads scipy with
+    its BLAS on one thread (expkit.bench.blas), so no pool starts. (Counting the pool as
+    harmless instead hung a forked worker of this suite on a lock.)"""
     import subprocess
     import sys
 

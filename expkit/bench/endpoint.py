@@ -49,6 +49,7 @@ import torch  # before _THREADS_AT_IMPORT: its own helper thread is not ours
 from ..checks.activity import descendants
 from ..core.errors import ExpkitError, ManifestError
 from ..core.findings import Finding
+from .blas import load_scipy_single_threaded
 from .channel import HEADER, KEY_LEN, MAGIC, WORKER, Channel, ChannelError, RemoteError, write_all
 from .worker import error_reply, worker_main
 
@@ -130,35 +131,8 @@ def _native_threads() -> int:
         return -1
 
 
-def _load_scipy_without_a_pool() -> None:
-    """Load ``scipy.stats`` now, its OpenBLAS limited to the calling thread.
-
-    The parent computes its intervals with ``scipy.stats`` during the measurement, and
-    scipy's OpenBLAS starts one idle thread per core as it loads: the parent of a
-    KernelBench run on a 16-core H100 host went from 16 native threads to 33, and every
-    later replicate's workers came from the fork server, which first imports torch again
-    (``benchmarks/results/h100-2026-11-25/fork_safety_85c803d.txt``). Counting that pool
-    as harmless was tried (5d9a469) and is wrong: on this project's 2-core machine the CPU
-    suite hung, a worker forked beside that pool waiting forever on a lock (in
-    ``honest_issue_matmul``'s run). Loaded here with ``OPENBLAS_NUM_THREADS=1``
-    (read once, as the library loads; the variable is restored at once), scipy starts no
-    thread, and the workers inherit it so: code under test that calls scipy's BLAS runs it
-    on one thread, on both sides alike."""
-    key = "OPENBLAS_NUM_THREADS"
-    before = os.environ.get(key)
-    os.environ[key] = "1"
-    try:
-        import scipy.stats  # noqa: F401
-    except Exception:  # scipy is a dependency; a broken install only costs the fork
-        pass
-    finally:
-        if before is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = before
-
-
-_load_scipy_without_a_pool()
+#: scipy (the parent's intervals) loaded now with its BLAS on one thread: see :mod:`.blas`.
+load_scipy_single_threaded()
 
 #: The process's native threads once torch is imported (this module imports it, through
 #: the bench): importing torch starts one helper thread of its own, which a fork survives.

@@ -1,0 +1,103 @@
+"""scipy's BLAS threads: one in the runner's process, the library's default in each worker.
+
+The runner computes its intervals with ``scipy.stats``, and scipy's OpenBLAS starts a pool
+of idle threads (one per core) as it loads. A process with those threads is not fit to fork
+a worker (:func:`expkit.bench.endpoint.fork_is_safe`): on an H100 host (16 cores) the
+runner went from 16 native threads to 33 mid-run and every later replicate's workers came
+from the fork server (``benchmarks/results/h100-2026-11-25/fork_safety_85c803d.txt``), and
+counting the pool as harmless hung a forked worker of the CPU suite on a lock. So the
+runner loads scipy with ``OPENBLAS_NUM_THREADS=1`` (:func:`load_scipy_single_threaded`;
+OpenBLAS reads it once, as it loads), and each worker, which inherits that library as
+loaded, gives it back the thread count OpenBLAS would have chosen
+(:func:`restore_scipy_threads`), so code under test that calls scipy's BLAS runs as it
+would outside expkit. numpy's own OpenBLAS, loaded with torch before any of this, is not
+touched.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any, Callable, Optional
+
+_ENV = "OPENBLAS_NUM_THREADS"
+#: What OpenBLAS reads, in its order, to choose its thread count as it loads.
+_ENV_ORDER = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def load_scipy_single_threaded() -> None:
+    """Import ``scipy.stats`` with scipy's OpenBLAS on the calling thread only; the
+    environment is as it was afterwards. A no-op where scipy is already loaded."""
+    before = os.environ.get(_ENV)
+    os.environ[_ENV] = "1"
+    try:
+        import scipy.stats  # noqa: F401
+    except Exception:  # scipy is a dependency; a broken install only costs the fork
+        pass
+    finally:
+        if before is None:
+            os.environ.pop(_ENV, None)
+        else:
+            os.environ[_ENV] = before
+
+
+def default_threads(environ: Optional[dict] = None) -> int:
+    """The thread count OpenBLAS picks as it loads: its variables first, else the cores this
+    process may run on."""
+    env = os.environ if environ is None else environ
+    for key in _ENV_ORDER:
+        try:
+            n = int(env.get(key, ""))
+        except ValueError:
+            continue
+        if n > 0:
+            return n
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _scipy_openblas(maps: str = "/proc/self/maps") -> Optional[str]:
+    """The path of scipy's OpenBLAS mapped here (``libscipy_openblas``, not numpy's
+    ``libscipy_openblas64_``), or None."""
+    try:
+        with open(maps, "rb") as f:
+            for line in f:
+                if b"libscipy_openblas" in line and b"openblas64" not in line:
+                    return line.split(None, 5)[-1].strip().decode(errors="replace")
+    except OSError:
+        return None
+    return None
+
+
+def _open(path: str) -> Any:
+    return ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+
+
+def scipy_threads(*, path: Optional[str] = None, load: Callable[[str], Any] = _open) -> Optional[int]:
+    """scipy's OpenBLAS thread count in this process, or None where it is not loaded."""
+    path = path or _scipy_openblas()
+    if path is None:
+        return None
+    try:
+        return int(load(path).scipy_openblas_get_num_threads())
+    except Exception:
+        return None
+
+
+def restore_scipy_threads(*, path: Optional[str] = None, load: Callable[[str], Any] = _open,
+                          threads: Optional[int] = None) -> Optional[int]:
+    """Give scipy's OpenBLAS, where this process has it loaded, the thread count it would
+    have chosen itself (:func:`default_threads`); the count set, or None where nothing was
+    loaded or the library would not say. Never raises: a worker starts regardless."""
+    path = path or _scipy_openblas()
+    if path is None:
+        return None
+    n = threads or default_threads()
+    try:
+        lib = load(path)
+        lib.scipy_openblas_set_num_threads(ctypes.c_int(n))
+        return int(lib.scipy_openblas_get_num_threads())
+    except Exception:
+        return None

@@ -1,0 +1,69 @@
+"""scipy's BLAS threads: one in the runner's process (so it stays fit to fork), the
+library's own default again in each worker (so code under test runs as outside expkit)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from expkit.bench import blas
+
+
+def test_the_default_is_openblas_own_choice(monkeypatch):
+    monkeypatch.setattr(blas.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert blas.default_threads({}) == 3
+    assert blas.default_threads({"OMP_NUM_THREADS": "4"}) == 4
+    assert blas.default_threads({"OMP_NUM_THREADS": "4", "GOTO_NUM_THREADS": "5"}) == 5
+    assert blas.default_threads({"OPENBLAS_NUM_THREADS": "6", "OMP_NUM_THREADS": "4"}) == 6
+    assert blas.default_threads({"OPENBLAS_NUM_THREADS": "x", "OMP_NUM_THREADS": "0"}) == 3
+
+
+def test_scipys_library_is_told_from_numpys(tmp_path: Path):
+    maps = tmp_path / "maps"
+    maps.write_bytes(b"7f00-7f10 r-xp 0 00:00 1   /v/numpy.libs/libscipy_openblas64_-32a4b2a6.so\n"
+                     b"7f20-7f30 r-xp 0 00:00 1   /v/scipy.libs/libscipy_openblas-6cdc3b4a.so\n")
+    assert blas._scipy_openblas(str(maps)) == "/v/scipy.libs/libscipy_openblas-6cdc3b4a.so"
+    maps.write_bytes(b"7f00-7f10 r-xp 0 00:00 1   /v/numpy.libs/libscipy_openblas64_-32a4b2a6.so\n")
+    assert blas._scipy_openblas(str(maps)) is None
+
+
+class _Lib:
+    def __init__(self) -> None:
+        self.n = 1
+
+    def scipy_openblas_set_num_threads(self, n) -> None:
+        self.n = n.value
+
+    def scipy_openblas_get_num_threads(self) -> int:
+        return self.n
+
+
+def test_a_worker_gives_the_library_its_default_back():
+    lib = _Lib()
+    assert blas.restore_scipy_threads(path="/x.so", load=lambda p: lib, threads=7) == 7
+    assert blas.scipy_threads(path="/x.so", load=lambda p: lib) == 7
+
+
+def test_a_library_that_will_not_answer_never_stops_a_worker():
+    def refuse(path):
+        raise OSError("not loaded")
+
+    assert blas.restore_scipy_threads(path="/x.so", load=refuse, threads=2) is None
+    assert blas.scipy_threads(path="/x.so", load=refuse) is None
+
+
+def test_the_runner_loads_scipy_on_one_thread_and_a_forked_worker_gets_the_default_back():
+    """The real libraries: in a process that imported the bench, scipy's OpenBLAS has one
+    thread and no pool; in a child forked from it (as a worker is), the default again."""
+    code = ("import os; from expkit.bench import endpoint, blas; "
+            "print('parent', blas.scipy_threads(), endpoint.fork_unsafe_reason()); "
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    n = blas.restore_scipy_threads(); print('child', n == blas.default_threads(), blas.scipy_threads() == n, "
+            "flush=True); os._exit(0)\n"
+            "os.waitpid(pid, 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == "parent 1 None" and lines[1] == "child True True", lines
