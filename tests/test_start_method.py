@@ -14,6 +14,16 @@ import pytest
 from expkit.bench import endpoint
 
 
+def _last_line_of_a_fresh_process(code: str) -> str:
+    """What ``python -c code`` printed last, in a process that has imported nothing yet."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip().splitlines()[-1]
+
+
 def test_the_driver_library_in_the_memory_map_marks_the_process(tmp_path: Path):
     with_driver = tmp_path / "maps-gpu"
     with_driver.write_bytes(b"7f00-7f10 r-xp 0 00:00 1 /usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04\n")
@@ -85,16 +95,11 @@ def test_a_parent_that_forks_its_workers_imports_the_preload_first():
     """Workers forked from a fresh parent inherit what it imported: without the preload
     each of honest-win's ten workers spent 0.83-0.94 s of its first call importing
     torch._dynamo and its dependencies (benchmarks/results/fork_preload_cpu.md)."""
-    import subprocess
-    import sys
-
     code = ("import sys; from expkit.bench import endpoint as e; assert e.fork_is_safe(); "
             "missing = [m for m in e.PRELOAD if m not in sys.modules]; assert 'torch._dynamo' in missing; "
             "e.warm_up_forkserver('auto'); "
             "print([m for m in e.PRELOAD if m not in sys.modules], e.fork_is_safe())")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "[] True"
+    assert _last_line_of_a_fresh_process(code) == "[] True"
 
 
 def test_a_preload_that_makes_forking_unsafe_starts_the_fork_server(monkeypatch):
@@ -171,13 +176,8 @@ def test_a_parent_that_computed_its_intervals_with_scipy_can_still_fork():
     benchmarks/results/h100-2026-11-25/fork_safety_85c803d.txt). The bench loads scipy with
     its BLAS on one thread (expkit.bench.blas), so no pool starts. (Counting the pool as
     harmless instead hung a forked worker of this suite on a lock.)"""
-    import subprocess
-    import sys
-
     code = ("from expkit.bench import endpoint as e; from scipy.stats import norm, t, bootstrap; "
             "import numpy as np; norm.ppf(0.975); t.ppf(0.975, 4); "
             "bootstrap((np.arange(50.0),), np.mean, n_resamples=200); a = np.random.rand(300, 300); a @ a; "
             "print(e.fork_unsafe_reason())")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "None"
+    assert _last_line_of_a_fresh_process(code) == "None"
