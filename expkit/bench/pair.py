@@ -82,8 +82,9 @@ class Pair:
         self.gpu: Optional[Dict[str, Any]] = None
         self.catalog: List[Finding] = []
         self.memory: Optional[MemoryPlan] = None
-        #: The run's other pairs' workers (the first stays open beside each replicate's).
+        #: The run's other pairs' workers (the first, where it stays open beside each replicate's).
         self.siblings: List[int] = []
+        self.closed = False
         try:
             self.b.send("hello", environment=True)
             self.c.send("hello", environment=False)
@@ -315,7 +316,12 @@ class Pair:
         return sides
 
     def close(self, out_dir: Optional[Path] = None) -> List[Finding]:
+        """End both workers, their evidence into ``out_dir``; a second call does nothing
+        (the first pair may close with its replicate, before the run closes it)."""
         out: List[Finding] = []
+        if self.closed:
+            return out
+        self.closed = True
         for ep in (self.c, self.b):
             out += ep.close(out_dir, self.evidence)
             self.add_ledger(ep.role, ep.ledger)

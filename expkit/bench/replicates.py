@@ -49,6 +49,8 @@ class Replicates:
         self.findings: List[Finding] = []
         self.tel = _telemetry(device, first.gpu)
         self.logs: Dict[str, List[Any]] = {}
+        #: Whether the first pair closes with its replicate (no end-to-end workload to run).
+        self.first_goes_early = bool(first.isolated and getattr(lm.manifest, "end_to_end", None) is None)
 
     def open(self, r: int) -> "_Replicate":
         if r == 0:
@@ -58,7 +60,7 @@ class Replicates:
         method = pair.evidence.get("start_method")
         self.first.evidence.setdefault("replicate_start_methods", []).append(
             f"{method} ({why})" if why and method != "fork" else method)
-        pair.siblings = [p for p in (self.first.b.pid(), self.first.c.pid()) if p]
+        pair.siblings = [] if self.first_goes_early else [p for p in (self.first.b.pid(), self.first.c.pid()) if p]
         pair.adopt_memory(self.memory)
         self.findings += pair.findings()
         return _Replicate(self, pair, r)
@@ -121,7 +123,12 @@ class _Replicate:
     def close(self) -> None:
         o = self.owner
         self._stop_window()
-        if self.r > 0:  # the first pair stays open for the end-to-end workload; closed by the run
+        if self.r > 0:
             o.findings += self.pair.close(o.out_dir)
             for role, ledger in self.pair.evidence.get("ledger", {}).items():
                 o.first.add_ledger(role, ledger)
+        elif o.first_goes_early:
+            # The first pair is needed again only for an end-to-end workload: without one it
+            # goes now, rather than sit beside every later replicate's pair with a CUDA
+            # context each on a GPU and, on the host, what its allocator kept.
+            o.findings += self.pair.close(o.out_dir)
