@@ -60,3 +60,22 @@ def test_an_end_to_end_workload_keeps_the_first_pair_to_the_end(tmp_path, monkey
     assert closes[0] > max(i for i, e in enumerate(log) if e[0] == "open"), log
     assert result["end_to_end"] is not None
     assert result["memory"]["measured"]["candidate"]["requests"]["hello"]["count"] == 3
+
+
+def test_the_run_folder_keeps_the_first_pairs_output(tmp_path, monkeypatch):
+    """What the code under test printed in the preflight (the first pair's workers) is the
+    evidence kept, whichever pair closes last."""
+    from expkit.bench import endpoint
+
+    closes = []
+    close = endpoint.WorkerEndpoint.close
+
+    def noted(self, out_dir, evidence):
+        closes.append(out_dir)
+        return close(self, out_dir, evidence)
+
+    monkeypatch.setattr(endpoint.WorkerEndpoint, "close", noted)
+    out = tmp_path / "run"
+    runner.run_manifest(EXAMPLES / "honest-win.yaml", ["measure=quick", "measure.processes=3"], out)
+    assert closes[:2] == [out, out] and closes[2:] == [None] * 4, closes
+    assert (out / "worker-stdout.txt").exists()

@@ -124,7 +124,9 @@ class _Replicate:
         o = self.owner
         self._stop_window()
         if self.r > 0:
-            o.findings += self.pair.close(o.out_dir)
+            # No evidence files from a later pair: the run folder keeps the first pair's
+            # output, the preflight's among it (a later pair's copy would overwrite it).
+            o.findings += self.pair.close(None)
             for role, ledger in self.pair.evidence.get("ledger", {}).items():
                 o.first.add_ledger(role, ledger)
         elif o.first_goes_early:
