@@ -20,6 +20,8 @@ import ctypes
 import os
 from typing import Any, Callable, Optional
 
+from .native import mapped_library, open_loaded
+
 _ENV = "OPENBLAS_NUM_THREADS"
 #: What OpenBLAS reads, in its order, to choose its thread count as it loads.
 _ENV_ORDER = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
@@ -61,21 +63,10 @@ def default_threads(environ: Optional[dict] = None) -> int:
 def _scipy_openblas(maps: str = "/proc/self/maps") -> Optional[str]:
     """The path of scipy's OpenBLAS mapped here (``libscipy_openblas``, not numpy's
     ``libscipy_openblas64_``), or None."""
-    try:
-        with open(maps, "rb") as f:
-            for line in f:
-                if b"libscipy_openblas" in line and b"openblas64" not in line:
-                    return line.split(None, 5)[-1].strip().decode(errors="replace")
-    except OSError:
-        return None
-    return None
+    return mapped_library(b"libscipy_openblas", unless=b"openblas64", maps=maps)
 
 
-def _open(path: str) -> Any:
-    return ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-
-
-def scipy_threads(*, path: Optional[str] = None, load: Callable[[str], Any] = _open) -> Optional[int]:
+def scipy_threads(*, path: Optional[str] = None, load: Callable[[str], Any] = open_loaded) -> Optional[int]:
     """scipy's OpenBLAS thread count in this process, or None where it is not loaded."""
     path = path or _scipy_openblas()
     if path is None:
@@ -86,7 +77,7 @@ def scipy_threads(*, path: Optional[str] = None, load: Callable[[str], Any] = _o
         return None
 
 
-def restore_scipy_threads(*, path: Optional[str] = None, load: Callable[[str], Any] = _open,
+def restore_scipy_threads(*, path: Optional[str] = None, load: Callable[[str], Any] = open_loaded,
                           threads: Optional[int] = None) -> Optional[int]:
     """Give scipy's OpenBLAS, where this process has it loaded, the thread count it would
     have chosen itself (:func:`default_threads`); the count set, or None where nothing was

@@ -51,6 +51,7 @@ from ..core.errors import ExpkitError, ManifestError
 from ..core.findings import Finding
 from .blas import load_scipy_single_threaded
 from .channel import HEADER, KEY_LEN, MAGIC, WORKER, Channel, ChannelError, RemoteError, write_all
+from .native import mapped_library, open_loaded
 from .worker import error_reply, worker_main
 
 #: Evidence file names per side (the candidate's keep the names they always had).
@@ -93,14 +94,7 @@ def _cuda_initialised() -> bool:
 
 def _driver_loaded(maps: str = "/proc/self/maps") -> Optional[str]:
     """The path of the CUDA driver library mapped into this process, or None."""
-    try:
-        with open(maps, "rb") as f:
-            for line in f:
-                if b"libcuda.so" in line:
-                    return line.split(None, 5)[-1].strip().decode(errors="replace")
-    except OSError:
-        return None
-    return None
+    return mapped_library(b"libcuda.so", maps=maps)
 
 
 #: ``CUDA_ERROR_NOT_INITIALIZED``: what the driver API answers before ``cuInit``.
@@ -117,7 +111,7 @@ def _driver_initialised(path: str, *, load: Optional[Callable[[str], Any]] = Non
     import ctypes
 
     try:
-        lib = (load or (lambda p: ctypes.CDLL(p, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)))(path)
+        lib = (load or open_loaded)(path)
         count = ctypes.c_int(0)
         return int(lib.cuDeviceGetCount(ctypes.byref(count))) != _NOT_INITIALIZED
     except Exception:
