@@ -50,7 +50,7 @@ class Replicates:
         self.tel = _telemetry(device, first.gpu)
         self.logs: Dict[str, List[Any]] = {}
         #: Whether the first pair closes with its replicate (no end-to-end workload to run).
-        self.first_goes_early = bool(first.isolated and getattr(lm.manifest, "end_to_end", None) is None)
+        self.first_goes_early = first.isolated and lm.manifest.end_to_end is None
 
     def open(self, r: int) -> "_Replicate":
         if r == 0:

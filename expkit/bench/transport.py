@@ -243,7 +243,7 @@ def collect_sent() -> None:
     this call is a safety net for a consumer that closed late. It did not free the 6 GiB
     that KernelBench's sigmoid kept allocated in the candidate's worker on an H100: that
     was a count that never reached zero (see :class:`Importer`)."""
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch.cuda.is_initialized():  # initialised implies available; asking availability would initialise
         torch.cuda.ipc_collect()
 
 
@@ -310,7 +310,7 @@ class Importer:
         for seg in self._segments.values():
             seg.close()
         self._segments.clear()
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch.cuda.is_initialized():  # initialised implies available; asking availability would initialise
             torch.cuda.ipc_collect()
 
 
