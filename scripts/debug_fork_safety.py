@@ -22,12 +22,17 @@ from expkit.bench import endpoint  # noqa: E402
 
 
 def say(when: str) -> None:
-    print(f"{when}: {endpoint.fork_unsafe_reason() or 'fit to fork'}", flush=True)
+    names = ", ".join(f"{k} x{n}" for k, n in sorted(endpoint.native_thread_names().items()))
+    print(f"{when}: {endpoint.fork_unsafe_reason() or 'fit to fork'} | threads: {names}", flush=True)
 
 
 def main() -> None:
     say("after importing expkit.bench")
     from expkit import api
+
+    say("after importing expkit.api")
+    api.prepare(sys.argv[1])
+    say("after preparing the manifest")
 
     out = Path(tempfile.mkdtemp(prefix="expkit-fork-"))
     api.run(sys.argv[1], out=out, overrides=["measure=quick"], plots=False)

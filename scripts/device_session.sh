@@ -37,6 +37,9 @@
 #   pyc        whether torch's bytecode is cached on the device, and import times with a cache
 #   start:LIST  after kb:LIST: scripts/debug_start.py and scripts/debug_contexts.py on those manifests
 #   timeline:LIST  benchmarks/request_times.py on the manifests kb:LIST wrote (where a run's wall goes)
+#   pycache    from here on, Python writes and reads bytecode caches (under /tmp/pyc), as a
+#              user's Python does: this device's sets PYTHONDONTWRITEBYTECODE=1 and ships
+#              torch without them, so every process compiles torch's modules afresh
 #   fidelity   benchmarks/timing_fidelity.py --quick
 #   fidelity-full  benchmarks/timing_fidelity.py
 set -uo pipefail
@@ -132,6 +135,12 @@ for step in "$@"; do
           --quiet > "$B/au-$n${AUDIT_ARGS:+-alt}.log" 2>&1
         echo "$n exit $?" | tee -a "$B/steps.log"; tail -3 "$B/au-$n.log"
       done ;;
+    pycache)
+      unset PYTHONDONTWRITEBYTECODE; export PYTHONPYCACHEPREFIX=/tmp/pyc
+      mods="torch, torch._dynamo, torch.profiler, torch._inductor.standalone_compile, scipy.stats, pandas, jinja2, expkit.api, expkit.bench.endpoint, expkit.cli"
+      TIMEFORMAT="%R s"
+      for i in 1 2 3; do echo "import of the preload, run $i (caches $( ((i == 1)) && echo written || echo read)):"
+        { time python3 -c "import $mods"; } 2>&1; done | tee "$B/pycache.txt" ;;
     hold)
       step_limit 150 python3 scripts/debug_hold.py 2>&1 | grep -v Warning | tee "$B/debug_hold.log" | tail -40 ;;
     adv:*)

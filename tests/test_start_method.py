@@ -181,3 +181,20 @@ def test_a_parent_that_computed_its_intervals_with_scipy_can_still_fork():
             "bootstrap((np.arange(50.0),), np.mean, n_resamples=200); a = np.random.rand(300, 300); a @ a; "
             "print(e.fork_unsafe_reason())")
     assert _last_line_of_a_fresh_process(code) == "None"
+
+
+def test_a_parent_unfit_for_its_threads_names_the_new_ones(monkeypatch):
+    """A count alone ("18 native threads, 16 once torch was imported", the H100's API path at
+    82be6cb) says not whose the threads are; their names do."""
+    monkeypatch.setattr(endpoint, "_native_threads", lambda: endpoint._THREADS_AT_IMPORT + 3)
+    monkeypatch.setattr(endpoint, "native_thread_names",
+                        lambda: {**endpoint._NAMES_AT_IMPORT, "cuda-EvtHandlr": 2, "OpenBLASThread": 1})
+    why = endpoint.fork_unsafe_reason()
+    assert why is not None and "(new: OpenBLASThread, cuda-EvtHandlr x2)" in why, why
+
+
+def test_the_thread_names_count_every_native_thread():
+    code = ("import os, torch; torch.set_num_threads(2); a = torch.rand(512, 512); a @ a; "
+            "from expkit.bench import endpoint as e; n = e.native_thread_names(); "
+            "print(sum(n.values()) == len(os.listdir('/proc/self/task')), len(n) >= 1)")
+    assert _last_line_of_a_fresh_process(code) == "True True"

@@ -125,12 +125,37 @@ def _native_threads() -> int:
         return -1
 
 
+def native_thread_names() -> Dict[str, int]:
+    """This process's native threads by name (``/proc/self/task/*/comm``: a library's pool
+    names its threads, ``cuda-EvtHandlr`` or ``OpenBLAS``, where the count alone says not
+    whose they are); empty where there is no ``/proc``."""
+    names: Dict[str, int] = {}
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return names
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                name = f.read().strip() or "?"
+        except OSError:  # the thread ended while we looked
+            continue
+        names[name] = names.get(name, 0) + 1
+    return names
+
+
+def _new_names(now: Mapping[str, int], before: Mapping[str, int]) -> str:
+    new = {k: n - before.get(k, 0) for k, n in now.items() if n > before.get(k, 0)}
+    return ", ".join(f"{k} x{n}" if n > 1 else k for k, n in sorted(new.items())) or "none by name"
+
+
 #: scipy (the parent's intervals) loaded now with its BLAS on one thread: see :mod:`.blas`.
 load_scipy_single_threaded()
 
 #: The process's native threads once torch is imported (this module imports it, through
 #: the bench): importing torch starts one helper thread of its own, which a fork survives.
 _THREADS_AT_IMPORT = _native_threads()
+_NAMES_AT_IMPORT = native_thread_names()
 
 
 def fork_is_safe() -> bool:
@@ -155,7 +180,8 @@ def fork_unsafe_reason() -> Optional[str]:
         return f"{threading.active_count()} Python threads: " + ", ".join(t.name for t in threading.enumerate())
     now = _native_threads()
     if not 0 < now <= _THREADS_AT_IMPORT:
-        return f"{now} native threads, {_THREADS_AT_IMPORT} once torch was imported"
+        return (f"{now} native threads, {_THREADS_AT_IMPORT} once torch was imported "
+                f"(new: {_new_names(native_thread_names(), _NAMES_AT_IMPORT)})")
     if _cuda_initialised():
         return "CUDA's driver is initialised in this process"
     return None
