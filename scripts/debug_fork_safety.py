@@ -5,7 +5,10 @@ MANIFEST at ``measure=quick`` and prints how each replicate's pair started and w
 ``expkit.bench.endpoint.fork_unsafe_reason()`` after each GPU-only step the parent takes
 (NVML's process list, the NVML sampler started and stopped).
 
-Usage: python scripts/debug_fork_safety.py MANIFEST
+Usage: python scripts/debug_fork_safety.py MANIFEST [--watch]
+
+``--watch``: also print the Python stack where the parent's native threads first grow
+(a profile hook on every C call's return: the run is slower).
 """
 
 from __future__ import annotations
@@ -26,6 +29,23 @@ def say(when: str) -> None:
     print(f"{when}: {endpoint.fork_unsafe_reason() or 'fit to fork'} | threads: {names}", flush=True)
 
 
+def watch_threads() -> None:
+    """Print where this process's native threads first grow beyond those it has now: the
+    Python stack at the return of the C call that started one (a profile hook, so slow)."""
+    import os
+    import traceback
+
+    start = len(os.listdir("/proc/self/task"))
+
+    def hook(frame, event, arg):  # type: ignore[no-untyped-def]
+        if event == "c_return" and len(os.listdir("/proc/self/task")) > start:
+            sys.setprofile(None)
+            print(f"native threads grew from {start}: {endpoint.native_thread_names()} after {arg!r}, at:", flush=True)
+            print("".join(traceback.format_stack(frame)[-25:]), flush=True)
+
+    sys.setprofile(hook)
+
+
 def main() -> None:
     say("after importing expkit.bench")
     from expkit import api
@@ -33,6 +53,8 @@ def main() -> None:
     say("after importing expkit.api")
     api.prepare(sys.argv[1])
     say("after preparing the manifest")
+    if "--watch" in sys.argv:
+        watch_threads()
 
     out = Path(tempfile.mkdtemp(prefix="expkit-fork-"))
     api.run(sys.argv[1], out=out, overrides=["measure=quick"], plots=False)

@@ -163,7 +163,7 @@ for step in "$@"; do
         python3 -c "import json,sys; r=json.load(open(sys.argv[1])); c=r['measured']['cases']['c']; print(sys.argv[2], r['verdict'], r['timing'].get('method'), {k: v for k, v in c.items() if not isinstance(v, (list, dict))})" "$d/result.json" "$t cold=$c" 2>&1 | tee -a "$B/l2.txt"
       done; done ;;
     forksafe)  # which parent-side step of a GPU run leaves the parent unfit to fork (scripts/debug_fork_safety.py)
-      step_limit 150 python3 scripts/debug_fork_safety.py manifests/examples/gpu/honest.yaml 2>&1 | grep -v Warning \
+      step_limit 150 python3 scripts/debug_fork_safety.py manifests/examples/gpu/honest.yaml ${FORKSAFE_ARGS:-} 2>&1 | grep -v Warning \
         | tee "$B/fork_safety.txt" | tail -12 ;;
     pyc)  # whether the device's Python finds compiled bytecode for torch, and what importing costs without and with a cache
       { python3 - <<'PY'
