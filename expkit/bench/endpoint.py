@@ -151,6 +151,18 @@ def _new_names(now: Mapping[str, int], before: Mapping[str, int]) -> str:
 
 #: scipy (the parent's intervals) loaded now with its BLAS on one thread: see :mod:`.blas`.
 load_scipy_single_threaded()
+try:
+    # pandas (the result's tables) loaded now too, so that the threads it starts as it loads
+    # count with torch's: where pyarrow is installed, pandas imports it, and pyarrow starts
+    # jemalloc's background thread and a thread of the CUDA driver's (``jemalloc_bg_thd``
+    # and ``cuda00004000011`` on the H100, ``fork_safety_2ea6229.txt``) without
+    # initialising CUDA. Loaded after this count, they left a parent that had imported
+    # this module first unfit to fork, and every worker came from the fork server; the
+    # CLI, which loads pandas first, forked every worker of the 100 level-1 KernelBench
+    # runs and the GPU suite with them there.
+    import pandas  # noqa: F401
+except Exception:  # pandas is a dependency; a broken install only costs the fork
+    pass
 
 #: The process's native threads once torch is imported (this module imports it, through
 #: the bench): importing torch starts one helper thread of its own, which a fork survives.

@@ -41,3 +41,15 @@ def test_a_cli_run_on_the_gpu_forks_its_workers_and_they_use_cuda(tmp_path):
     assert set(d["replicate_start_methods"]) == {"fork"}, d["replicate_start_methods"]
     assert proc.returncode == 0 and result["verdict"] == "supported", (result["reasons"], proc.stderr[-2000:])
     assert result["environment"]["gpu"]
+
+
+def test_an_api_run_from_a_script_that_imported_the_bench_first_forks_its_workers(tmp_path):
+    """``expkit.api.run`` in a script whose first import is ``expkit.bench``: pandas, loaded
+    by the run after the bench counted its threads, brought pyarrow's (fork_safety_2ea6229.txt)."""
+    code = ("import json, sys; from expkit.bench import endpoint; from expkit import api; "
+            "api.run(sys.argv[1], out=sys.argv[2], overrides=['measure=quick'], plots=False); "
+            "d = json.load(open(sys.argv[2] + '/result.json'))['defences']; "
+            "print(json.dumps([d['start_method'], sorted(set(d['replicate_start_methods']))]))")
+    got = json.loads(_python(code, str(ROOT / "manifests/examples/gpu/honest.yaml"), str(tmp_path / "api"),
+                             timeout=300))
+    assert got == ["fork", ["fork"]], got
