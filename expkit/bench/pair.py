@@ -406,10 +406,12 @@ class CaseSides:
             wall += rep["wall"]
         return {"blocks": blocks, "wall": wall, "latency": latency}
 
-    def finish(self) -> List[Finding]:
+    def finish(self, trim: bool = True) -> List[Finding]:
+        """End the case in both workers; ``trim``: each gives the device back its cached
+        memory (needless where the pair closes next)."""
         done: List[Finding] = []
         for role, ep in ((BASELINE, self.pair.b), (CANDIDATE, self.pair.c)):
-            reply = ep.request("finish_case")
+            reply = ep.request("finish_case", trim=trim)
             done += _findings(reply)
             if reply.get("resources") is not None:  # the cores each side's timed blocks used (CPU)
                 per = self.pair.evidence.setdefault("resources", {}).setdefault(self.case, {})

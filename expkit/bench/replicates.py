@@ -106,9 +106,15 @@ class _Replicate:
         self._sides[case] = self.pair.sides(spec, o.run_seed)
         return self._sides[case]
 
+    def closes_after(self, case: str) -> bool:
+        """Whether this replicate's pair closes once ``case`` is done: the manifest's last
+        case, in a later replicate or a first pair that goes early."""
+        o = self.owner
+        return case == o.lm.manifest.cases[-1].name and (self.r > 0 or o.first_goes_early)
+
     def finish(self, case: str) -> None:
         o = self.owner
-        o.findings += self._sides.pop(case).finish()
+        o.findings += self._sides.pop(case).finish(trim=not self.closes_after(case))
         if self.r > 0:  # the run's evidence is the first pair's: each side's CPU account joins it
             mine = self.pair.evidence.get("resources", {}).get(case, {})
             into = o.first.evidence.setdefault("resources", {}).setdefault(case, {})
