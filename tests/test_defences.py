@@ -44,6 +44,23 @@ def test_state_snapshot_sees_a_changed_matmul_precision():
     assert global_state.state_changes(before, global_state.snapshot_state()) == []
 
 
+def test_the_hot_check_compares_identities_not_equality(monkeypatch):
+    """A replacement that says it equals everything is still a replacement: the per-block
+    check tests identity (operator.is_), never ``==``."""
+    class EqualsAll:
+        def __eq__(self, other):
+            return True
+
+        def __call__(self):
+            return 0.0
+
+    snap = FunctionSnapshot.take()
+    monkeypatch.setattr(time, "perf_counter", EqualsAll())
+    assert "time.perf_counter (replaced)" in snap.changed(hot_only=True)
+    monkeypatch.undo()
+    assert snap.changed(hot_only=True) == []
+
+
 def test_function_snapshot_sees_a_replaced_clock_and_a_swapped_code(monkeypatch):
     snap = FunctionSnapshot.take()
     assert snap.changed() == []
