@@ -202,8 +202,9 @@ def test_the_thread_names_count_every_native_thread():
 
 def test_a_parent_that_imported_the_bench_before_pandas_can_still_fork():
     """The API path of a script that imports ``expkit.bench`` first: pandas (and pyarrow,
-    where installed) loads after the bench's thread count. On the H100 that left the parent
-    with two threads more (fork_safety_2ea6229.txt) and every worker came from the fork server."""
+    where installed) loads after the bench's thread count. On the H100 pyarrow's jemalloc
+    thread (fork_safety_2ea6229.txt) then left the parent unfit, and every worker came from
+    the fork server."""
     code = ("from expkit.bench import endpoint as e; import pandas; from expkit.report import store; "
             "print(e.fork_unsafe_reason())")
     assert _last_line_of_a_fresh_process(code) == "None"

@@ -152,14 +152,13 @@ def _new_names(now: Mapping[str, int], before: Mapping[str, int]) -> str:
 #: scipy (the parent's intervals) loaded now with its BLAS on one thread: see :mod:`.blas`.
 load_scipy_single_threaded()
 try:
-    # pandas (the result's tables) loaded now too, so that the threads it starts as it loads
-    # count with torch's: where pyarrow is installed, pandas imports it, and pyarrow starts
-    # jemalloc's background thread and a thread of the CUDA driver's (``jemalloc_bg_thd``
-    # and ``cuda00004000011`` on the H100, ``fork_safety_2ea6229.txt``) without
-    # initialising CUDA. Loaded after this count, they left a parent that had imported
-    # this module first unfit to fork, and every worker came from the fork server; the
-    # CLI, which loads pandas first, forked every worker of the 100 level-1 KernelBench
-    # runs and the GPU suite with them there.
+    # pandas (the result's tables) loaded now too, so that a thread it starts as it loads
+    # counts with torch's: where pyarrow is installed, pandas imports it, and pyarrow starts
+    # jemalloc's background thread (``jemalloc_bg_thd`` on the H100,
+    # ``fork_safety_2ea6229.txt``). Loaded after this count, it left a parent that had
+    # imported this module first unfit to fork, and every worker came from the fork
+    # server; the CLI, which loads pandas first, forked every worker with it there
+    # (``tests/gpu/test_gpu_start.py``, and the KernelBench runs at 82be6cb).
     import pandas  # noqa: F401
 except Exception:  # pandas is a dependency; a broken install only costs the fork
     pass

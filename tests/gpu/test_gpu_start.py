@@ -45,7 +45,8 @@ def test_a_cli_run_on_the_gpu_forks_its_workers_and_they_use_cuda(tmp_path):
 
 def test_an_api_run_from_a_script_that_imported_the_bench_first_forks_its_workers(tmp_path):
     """``expkit.api.run`` in a script whose first import is ``expkit.bench``: pandas, loaded
-    by the run after the bench counted its threads, brought pyarrow's (fork_safety_2ea6229.txt)."""
+    by the run after the bench counted its threads, brought pyarrow's jemalloc thread
+    (fork_safety_2ea6229.txt)."""
     code = ("import json, sys; from expkit.bench import endpoint; from expkit import api; "
             "api.run(sys.argv[1], out=sys.argv[2], overrides=['measure=quick'], plots=False); "
             "d = json.load(open(sys.argv[2] + '/result.json'))['defences']; "
