@@ -46,7 +46,7 @@ def test_state_snapshot_sees_a_changed_matmul_precision():
 
 def test_the_hot_check_compares_identities_not_equality(monkeypatch):
     """A replacement that says it equals everything is still a replacement: the per-block
-    check tests identity (operator.is_), never ``==``."""
+    check tests identity (``is``), never ``==``."""
     class EqualsAll:
         def __eq__(self, other):
             return True

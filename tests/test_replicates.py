@@ -85,7 +85,7 @@ def test_the_run_folder_keeps_the_first_pairs_output(tmp_path, monkeypatch):
 
 def test_a_pair_that_closes_next_skips_giving_back_its_cached_memory(tmp_path, monkeypatch):
     """Each side's ``finish_case`` gives the device back its cache (a collection and the
-    frees: about 0.2 s a side on an H100) except for the pair's last case where the pair
+    frees: about 0.2 s a side on an H200) except for the pair's last case where the pair
     closes next; honest-win has two cases and no end-to-end workload, so every pair trims
     after its first case and not after its second."""
     from expkit.bench import endpoint
