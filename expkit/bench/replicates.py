@@ -29,12 +29,7 @@ def _telemetry(device: str, gpu: Optional[Dict[str, Any]]) -> Any:
     from ..timing import telemetry
 
     gpu = gpu or {}
-    index = int(gpu.get("index") or 0)
-    uuid = gpu.get("uuid")
-    tel = telemetry.open_telemetry(index, uuid=uuid)
-    if isinstance(tel, telemetry.NullTelemetry) and uuid is not None:
-        tel = telemetry.open_telemetry(index)
-    return tel
+    return telemetry.for_gpu(int(gpu.get("index") or 0), gpu.get("uuid"))
 
 
 class Replicates:

@@ -576,7 +576,14 @@ def for_device(device: str = "cuda", index: int | None = None, *, period_s: floa
                 index = torch.cuda.current_device()
             except Exception:
                 pass
-    uuid = _cuda_uuid(index)
+    return for_gpu(index, _cuda_uuid(index), period_s=period_s, nvml=nvml)
+
+
+def for_gpu(index: int, uuid: str | None, *, period_s: float = DEFAULT_PERIOD_S,
+            nvml: Any = None) -> NvmlTelemetry | NullTelemetry:
+    """Telemetry for the GPU with NVML's ``uuid``, else (no UUID, or none that NVML knows) the
+    one at ``index``. Asks nothing of torch: the runner's process, which must not initialise
+    CUDA, opens the GPU its baseline's worker reported this way. Never raises."""
     tel = open_telemetry(index, nvml=nvml, period_s=period_s, uuid=uuid)
     if isinstance(tel, NullTelemetry) and uuid is not None:
         tel = open_telemetry(index, nvml=nvml, period_s=period_s)
