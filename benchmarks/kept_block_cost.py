@@ -39,7 +39,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     a = ap.parse_args(argv)
     lm = load(a.manifest)
     settings = load_settings(["measure=quick", *a.overrides], lm.manifest.measure)
-    case = a.case or lm.manifest.cases[0].name
+    names = [c.name for c in lm.manifest.cases]
+    case = a.case or names[0]
+    if case not in names:
+        ap.error(f"{a.manifest}: no case {case!r} under cases: (it has {', '.join(names)}); pass one of them to --case")
     side = SideBench(lm, settings, a.device, a.side)
     side.prepare(case, 1, 2, 1, True)
     side.warm_up(0.05)
