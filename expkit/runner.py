@@ -165,6 +165,7 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
         replicates = Replicates(lm, settings, device, pair, run_seed, memory, out_dir)
         got = measure.measure_replicated([c.name for c in m.cases], replicates.open, settings.measure,
                                          rng=random.Random(run_seed), progress=progress)
+        replicates.drop_spare()
         findings += replicates.findings
         for name, e in got.errors.items():
             if isinstance(e, OutOfMemory):

@@ -15,10 +15,20 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "manifests" / "examples" / "cpu
 
 
 def _run_logged(manifest: str, tmp_path: Path, monkeypatch):
-    """Run ``manifest`` at quick with three processes, logging each pair's start and each
-    call of its close (whether it had closed already)."""
+    """Run ``manifest`` at quick with three processes, logging each pair's start, when its
+    workers were first asked to end and when its hello was read, and each call of its close
+    (whether it had closed already)."""
     log = []
     init, close = pair_module.Pair.__init__, pair_module.Pair.close
+    begin, greet = pair_module.Pair.begin_close, pair_module.Pair.greet
+
+    def logged_begin(self):
+        log.append(("begin_close", id(self)))
+        return begin(self)
+
+    def logged_greet(self):
+        log.append(("greet", id(self)))
+        return greet(self)
 
     def logged_init(self, *a, **k):
         log.append(("open", id(self)))
@@ -30,6 +40,8 @@ def _run_logged(manifest: str, tmp_path: Path, monkeypatch):
 
     monkeypatch.setattr(pair_module.Pair, "__init__", logged_init)
     monkeypatch.setattr(pair_module.Pair, "close", logged_close)
+    monkeypatch.setattr(pair_module.Pair, "begin_close", logged_begin)
+    monkeypatch.setattr(pair_module.Pair, "greet", logged_greet)
     out = tmp_path / "run"
     runner.run_manifest(EXAMPLES / manifest, ["measure=quick", "measure.processes=3"], out)
     return log, json.loads((out / "result.json").read_text())
@@ -47,7 +59,12 @@ def test_without_an_end_to_end_workload_the_first_pair_goes_with_its_replicate(t
     host) no longer sit beside every later replicate's pair; its evidence is kept once."""
     log, result = _run_logged("honest-win.yaml", tmp_path, monkeypatch)
     second_open, closes, already = _first_pair(log)
-    assert closes[0] < second_open, log
+    first, second = log[0][1], log[second_open][1]
+    # The second pair starts once the first's workers were asked to end (its start overlaps
+    # their end), and is used only once they have.
+    asked = log.index(("begin_close", first))
+    used = max(i for i, e in enumerate(log) if e == ("greet", second))
+    assert asked < second_open < closes[0] < used, log
     assert already[0] is False and all(already[1:]), log
     assert result["memory"]["measured"]["candidate"]["requests"]["hello"]["count"] == 3  # one a process
     # Three processes on a shared 2-core machine may leave the interval wide: the check is
@@ -91,14 +108,86 @@ def test_a_pair_that_closes_next_skips_giving_back_its_cached_memory(tmp_path, m
     from expkit.bench import endpoint
 
     sent = []
-    request = endpoint.WorkerEndpoint.request
+    send = endpoint.WorkerEndpoint.send
 
     def logged(self, op, **kw):
         if op == "finish_case":
             sent.append((self.role, kw.get("trim")))
-        return request(self, op, **kw)
+        return send(self, op, **kw)
 
-    monkeypatch.setattr(endpoint.WorkerEndpoint, "request", logged)
+    monkeypatch.setattr(endpoint.WorkerEndpoint, "send", logged)
     out = tmp_path / "run"
     runner.run_manifest(EXAMPLES / "honest-win.yaml", ["measure=quick", "measure.processes=2"], out)
     assert sent == [("baseline", True), ("candidate", True), ("baseline", False), ("candidate", False)] * 2, sent
+
+
+def test_both_workers_end_a_case_and_close_at_once(tmp_path, monkeypatch):
+    """Nothing is timed while a case ends or a pair closes: each request goes to both workers
+    before either answer is read (on an H200, ``finish_case`` took 0.2 s a side, one side
+    after the other), and a pair's two workers are asked to end before either is waited on."""
+    from expkit.bench import endpoint
+
+    log = []
+    send, receive = endpoint.WorkerEndpoint.send, endpoint.WorkerEndpoint.receive
+    begin, close = endpoint.WorkerEndpoint.begin_close, endpoint.WorkerEndpoint.close
+
+    def sent(self, op, **kw):
+        self.last_op = op
+        log.append(("send", op, self.role))
+        return send(self, op, **kw)
+
+    def got(self):
+        log.append(("receive", getattr(self, "last_op", None), self.role))
+        return receive(self)
+
+    def begun(self):
+        log.append(("begin_close", None, self.role, id(self)))
+        return begin(self)
+
+    def closed(self, out_dir, evidence):
+        log.append(("close", None, self.role, id(self)))
+        return close(self, out_dir, evidence)
+
+    for name, fn in (("send", sent), ("receive", got), ("begin_close", begun), ("close", closed)):
+        monkeypatch.setattr(endpoint.WorkerEndpoint, name, fn)
+    runner.run_manifest(EXAMPLES / "honest-win.yaml", ["measure=quick", "measure.processes=2"], tmp_path / "run")
+    ends = [i for i, e in enumerate(log) if e[:2] == ("send", "finish_case")]
+    assert len(ends) == 2 * 2 * 2, log  # two cases, two replicates, two sides
+    for i in ends[::2]:
+        assert [e[0] for e in log[i:i + 4]] == ["send", "send", "receive", "receive"], log[i:i + 4]
+    closes = [i for i, e in enumerate(log) if e[0] == "close"]
+    assert len(closes) == 4, log  # two pairs of two workers, each pair's closed one after the other
+    for first, second in (closes[0:2], closes[2:4]):
+        # the pair's second worker was asked to end before its first is waited on
+        assert ("begin_close", None, log[second][2], log[second][3]) in log[:first], log
+
+
+def test_a_replicate_starts_early_only_where_the_memory_plan_leaves_room(monkeypatch):
+    """On a GPU, two more workers' CUDA contexts beside the pairs still open must fit: a
+    plan without figures, or with too little room, starts the next pair only when it opens."""
+    from types import SimpleNamespace
+
+    from expkit.bench import replicates as rep
+    from expkit.bench.memory import GiB, MemoryPlan
+
+    started = []
+    monkeypatch.setattr(rep, "open_pair", lambda lm, settings, device, greet=True: started.append(greet) or object())
+    monkeypatch.setattr(rep, "_telemetry", lambda device, gpu: None)
+    settings = SimpleNamespace(measure=SimpleNamespace(processes=3), defences=SimpleNamespace(start_method="fork"))
+    lm = SimpleNamespace(manifest=SimpleNamespace(end_to_end=None))
+    first = SimpleNamespace(isolated=True, gpu=None)
+
+    def spare(device, memory, r=1):
+        started.clear()
+        reps = rep.Replicates(lm, settings, device, first, 0, memory, None)
+        reps.start_early(r)
+        return started
+
+    roomy = MemoryPlan(1, projected_bytes=10 * GiB, free_bytes=40 * GiB)
+    tight = MemoryPlan(1, projected_bytes=33 * GiB, free_bytes=40 * GiB)  # 35 GiB > 85% of 40 (34)
+    assert spare("cuda", roomy) == [False]
+    assert spare("cuda", tight) == []
+    assert spare("cuda", MemoryPlan(1)) == []  # not sized
+    assert spare("cuda", None) == []
+    assert spare("cpu", None) == [False]  # forked workers on the host share the parent's pages
+    assert spare("cpu", None, r=3) == []  # measure.processes=3: replicates 0-2 only

@@ -42,7 +42,7 @@ import tempfile
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import torch  # before _THREADS_AT_IMPORT: its own helper thread is not ours
 
@@ -345,6 +345,7 @@ class WorkerEndpoint:
         self.broken: Optional[ChannelError] = None
         self.told = False
         self._closed = False
+        self._ending: Optional[Tuple[List[int], bool]] = None
         self.start_method = ctx.get_start_method()
         #: The worker's request ledger (:mod:`.ledger`), from its goodbye; None until then.
         self.ledger: Optional[Dict[str, Any]] = None
@@ -395,19 +396,34 @@ class WorkerEndpoint:
             tail = ""
         return diagnose(code, timed_out=False, timeout=0.0, tail=tail)
 
+    def begin_close(self) -> Tuple[List[int], bool]:
+        """Ask the worker to end, without waiting (:meth:`close` reads its goodbye), so that
+        both workers of a pair end at once. Returns the processes it had started, found
+        before it ends, and whether it was asked; a second call returns the first's."""
+        if self._ending is None:
+            # What the side's code left running (a daemon on the GPU, a pool of its own)
+            # must not outlive the run and share the machine with the next one: the worker
+            # is a child subreaper (worker.py), so even a process that double-forked is found.
+            stray = descendants(self.proc.pid) if self.proc.pid is not None else []
+            asked = False
+            if self.broken is None and self.proc.is_alive():
+                try:
+                    self.ch.send({"op": "close"})
+                    asked = True
+                except OSError:
+                    pass
+            self._ending = (stray, asked)
+        return self._ending
+
     def close(self, out_dir: Optional[Path], evidence: Dict[str, Any]) -> List[Finding]:
         """End the worker; keep its output as evidence in ``out_dir``; late findings."""
         out: List[Finding] = []
         if self._closed:
             return out
         self._closed = True
-        # What the side's code left running (a daemon on the GPU, a pool of its own) must
-        # not outlive the run and share the machine with the next one: the worker is a
-        # child subreaper (worker.py), so even a process that double-forked is found here.
-        stray = descendants(self.proc.pid) if self.proc.pid is not None else []
-        if self.broken is None and self.proc.is_alive():
+        stray, asked = self.begin_close()
+        if asked:
             try:
-                self.ch.send({"op": "close"})
                 bye = self.ch.recv(10.0, alive=self.proc.is_alive)
                 self.ledger = bye.get("ledger")
                 wait_exit(self.proc, 5)
@@ -474,6 +490,9 @@ class LocalEndpoint:
     @property
     def ledger(self) -> Dict[str, Any]:
         return self.server.ledger.to_dict()
+
+    def begin_close(self) -> Tuple[List[int], bool]:
+        return [], False
 
     def close(self, out_dir: Optional[Path], evidence: Dict[str, Any]) -> List[Finding]:
         self.server.side.close()

@@ -61,7 +61,8 @@ class Pair:
     """Both sides of one run (see the module docstring)."""
 
     def __init__(self, lm: Any, settings: Settings, device: str, *,
-                 sides: Optional[Mapping[str, Tuple[Callable[..., Any], Callable[..., Any]]]] = None) -> None:
+                 sides: Optional[Mapping[str, Tuple[Callable[..., Any], Callable[..., Any]]]] = None,
+                 greet: bool = True) -> None:
         self.lm, self.settings, self.device = lm, settings, device
         d = settings.defences
         self.isolated = d.enabled and d.isolate and sides is None
@@ -85,9 +86,24 @@ class Pair:
         #: The run's other pairs' workers (the first, where it stays open beside each replicate's).
         self.siblings: List[int] = []
         self.closed = False
+        self._greeted = False
         try:
             self.b.send("hello", environment=True)
             self.c.send("hello", environment=False)
+        except ChannelError as e:
+            self.session_findings += self.tell(e, "while the workers loaded the code")
+            self._greeted = True
+        if greet:
+            self.greet()
+
+    def greet(self) -> None:
+        """Read both workers' hello (sent as they started): what their imports changed, the
+        GPU. Apart from the start so that a replicate's pair can start while the one before
+        it closes (:class:`~expkit.bench.replicates.Replicates`); a second call does nothing."""
+        if self._greeted:
+            return
+        self._greeted = True
+        try:
             hb, hc = self.b.receive(), self.c.receive()
         except ChannelError as e:
             self.session_findings += self.tell(e, "while the workers loaded the code")
@@ -315,6 +331,11 @@ class Pair:
         sides.timer.info = _timer_info((fell or infos or [None])[0])
         return sides
 
+    def begin_close(self) -> None:
+        """Ask both workers to end, waiting on neither (:meth:`close` does): they end at once."""
+        for ep in (self.c, self.b):
+            ep.begin_close()
+
     def close(self, out_dir: Optional[Path] = None) -> List[Finding]:
         """End both workers, their evidence into ``out_dir``; a second call does nothing
         (the first pair may close with its replicate, before the run closes it)."""
@@ -322,6 +343,7 @@ class Pair:
         if self.closed:
             return out
         self.closed = True
+        self.begin_close()
         for ep in (self.c, self.b):
             out += ep.close(out_dir, self.evidence)
             self.add_ledger(ep.role, ep.ledger)
@@ -410,8 +432,10 @@ class CaseSides:
         """End the case in both workers; ``trim``: each gives the device back its cached
         memory (needless where the pair closes next)."""
         done: List[Finding] = []
-        for role, ep in ((BASELINE, self.pair.b), (CANDIDATE, self.pair.c)):
-            reply = ep.request("finish_case", trim=trim)
+        sides = ((BASELINE, self.pair.b), (CANDIDATE, self.pair.c))
+        for _, ep in sides:  # both at once: nothing is timed while a case ends
+            ep.send("finish_case", trim=trim)
+        for role, reply in [(role, ep.receive()) for role, ep in sides]:
             done += _findings(reply)
             if reply.get("resources") is not None:  # the cores each side's timed blocks used (CPU)
                 per = self.pair.evidence.setdefault("resources", {}).setdefault(self.case, {})
@@ -440,8 +464,9 @@ class _NoRecheck(RecheckPolicy):
         return None
 
 
-def open_pair(lm: Any, settings: Settings, device: str) -> Pair:
-    """The two sides of this run: worker processes when the defences isolate, else in-process."""
+def open_pair(lm: Any, settings: Settings, device: str, *, greet: bool = True) -> Pair:
+    """The two sides of this run: worker processes when the defences isolate, else in-process;
+    ``greet=False``: started, their hello not yet read (:meth:`Pair.greet`)."""
     from .fresh import FRESH_MODES
 
     d = settings.defences
@@ -449,4 +474,4 @@ def open_pair(lm: Any, settings: Settings, device: str) -> Pair:
         from ..core.errors import ConfigError
 
         raise ConfigError(f"defences.fresh: expected one of {', '.join(FRESH_MODES)}, got {d.fresh!r}")
-    return Pair(lm, settings, device)
+    return Pair(lm, settings, device, greet=greet)

@@ -8,14 +8,20 @@ findings each pair's workers report when a case or a replicate ends."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..core.findings import Finding
 from ..manifest.settings import Settings
 from ..manifest.spec import LoadedManifest
 from ..timing import measure
 from .endpoint import fork_unsafe_reason
+from .memory import GiB, HEADROOM
 from .pair import Pair, busiest, open_pair
+
+#: Device memory a pair's two workers need to start (a CUDA context, library workspaces):
+#: NVML counted 1108-1172 MiB for each later pair's processes on an H100, inputs included
+#: (benchmarks/results/h100-2026-11-25/README.md).
+START_ROOM = 2 * GiB
 
 
 def _telemetry(device: str, gpu: Optional[Dict[str, Any]]) -> Any:
@@ -46,12 +52,20 @@ class Replicates:
         self.logs: Dict[str, List[Any]] = {}
         #: Whether the first pair closes with its replicate (no end-to-end workload to run).
         self.first_goes_early = first.isolated and lm.manifest.end_to_end is None
+        #: A replicate's pair started early (:meth:`start_early`): (replicate, why not forked, pair).
+        self._spare: Optional[Tuple[int, Optional[str], Pair]] = None
 
     def open(self, r: int) -> "_Replicate":
         if r == 0:
             return _Replicate(self, self.first, r)
-        why = fork_unsafe_reason() if self.settings.defences.start_method == "auto" else None
-        pair = open_pair(self.lm, self.settings, self.device)
+        spare, self._spare = self._spare, None
+        if spare is not None and spare[0] == r:
+            why, pair = spare[1], spare[2]
+            pair.greet()
+        else:
+            if spare is not None:
+                spare[2].close(None)
+            why, pair = self._start()
         method = pair.evidence.get("start_method")
         self.first.evidence.setdefault("replicate_start_methods", []).append(
             f"{method} ({why})" if why and method != "fork" else method)
@@ -59,6 +73,30 @@ class Replicates:
         pair.adopt_memory(self.memory)
         self.findings += pair.findings()
         return _Replicate(self, pair, r)
+
+    def _start(self, greet: bool = True) -> Tuple[Optional[str], Pair]:
+        why = fork_unsafe_reason() if self.settings.defences.start_method == "auto" else None
+        return why, open_pair(self.lm, self.settings, self.device, greet=greet)
+
+    def start_early(self, r: int) -> None:
+        """Start replicate ``r``'s pair now, its hello read when it opens: its workers' start
+        (on a GPU, a CUDA context each: about 0.3 s) then overlaps the closing of the pair
+        before it, when nothing is timed. Not where the memory plan leaves no room for two
+        more processes' start beside the pairs still open (on a GPU: :data:`START_ROOM`)."""
+        if r >= max(1, self.settings.measure.processes) or self._spare is not None or not self.first.isolated:
+            return
+        if self.device == "cuda":
+            projected, free = getattr(self.memory, "projected_bytes", None), getattr(self.memory, "free_bytes", None)
+            if projected is None or not free or projected + START_ROOM > free * HEADROOM:
+                return
+        why, pair = self._start(greet=False)
+        self._spare = (r, why, pair)
+
+    def drop_spare(self) -> None:
+        """Close a pair started early that no replicate opened (the loop ended first)."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare[2].close(None)
 
     def flags(self, name: str, cs: measure.CaseSamples) -> List[bool]:
         """Samples taken at a low SM clock (GPU), each against its own replicate's log."""
@@ -124,6 +162,10 @@ class _Replicate:
     def close(self) -> None:
         o = self.owner
         self._stop_window()
+        closing = self.r > 0 or o.first_goes_early
+        if closing:
+            self.pair.begin_close()
+        o.start_early(self.r + 1)  # its start overlaps this pair's end
         if self.r > 0:
             # No evidence files from a later pair: the run folder keeps the first pair's
             # output, the preflight's among it (a later pair's copy would overwrite it).
