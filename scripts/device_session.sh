@@ -21,6 +21,9 @@
 #   examples   the GPU examples at measure=quick, one session
 #   kb:LIST    KernelBench level-1 problems LIST (comma-separated numbers) through the sweep
 #   kb2:LIST, kb3:LIST  the same for levels 2 and 3
+#   kbeval:LIST  KernelBench's own evaluation (benchmarks/kernelbench_reference_eval.py) of level-1
+#              problems LIST, one process for all, and that command's wall
+#   cprofile:LIST  after kb:LIST: one CLI run of each under cProfile (prof-N.txt: where the command's wall goes)
 #   rerun      issue 15's reruns: benchmarks/rerun/{aa,pair}.yaml, 5 fresh invocations each
 #              (RERUN_GROUPS "aa pair", RERUN_N 5, RERUN_LIMIT 150 s a run)
 #   cost:LIST  benchmarks/harness_cost.py on the manifests kb:LIST wrote
@@ -95,6 +98,23 @@ for step in "$@"; do
       step_limit 540 python3 benchmarks/kernelbench_sweep.py "$REPO/.kernelbench" --level "$lv" --problems "${step#*:}" \
         --timeout 100 --budget $(( $(left) - 40 )) --results "$B/kb-l$lv.jsonl" --work /tmp/kb-work --copy-to "$B" \
         2>&1 | tail -30 ;;
+    kbeval:*)  # KernelBench's own evaluation of level-1 problems LIST, one process for them all (issue 19's reference)
+      t0=$(date +%s%N)
+      step_limit 540 python3 benchmarks/kernelbench_reference_eval.py "$REPO/.kernelbench" --level 1 --problems "${step#*:}" \
+        --timeout 120 --budget $(( $(left) - 40 )) --results /tmp/kbeval/kbeval-l1.jsonl --copy-to "$B" 2>&1 | tail -30
+      echo "kbeval ${step#*:}: command wall $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a "$B/steps.log" ;;
+    cprofile:*)  # after kb:LIST: the CLI's own process under cProfile for each run (where the command's wall goes)
+      for n in $(echo "${step#cprofile:}" | tr , ' '); do
+        for m in /tmp/kb-work/level1/manifests/${n}_*.yaml; do
+          t0=$(date +%s%N)
+          step_limit 120 python3 -m cProfile -o "$B/prof-$n.out" -m expkit run "$m" measure=quick --out "/tmp/prof-$n" \
+            --json > /dev/null 2>&1
+          echo "cprofile $n: exit $?, command wall $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a "$B/steps.log"
+          python3 -c "import pstats, sys; pstats.Stats(sys.argv[1]).sort_stats('cumulative').print_stats(60)" \
+            "$B/prof-$n.out" > "$B/prof-$n.txt" 2>&1
+          cp "/tmp/prof-$n/result.json" "$B/prof-$n-result.json" 2>/dev/null
+        done
+      done ;;
     rerun)  # issue 15: five fresh invocations each of an A/A and an honest pair, then their agreement
       for g in ${RERUN_GROUPS:-aa pair}; do
         for i in $(seq 1 ${RERUN_N:-5}); do
