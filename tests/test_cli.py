@@ -306,3 +306,19 @@ def test_a_baseline_that_fails_on_its_own_case_is_one_line_exit_2(tmp_path, caps
     assert main(["run", str(tmp_path / "m.yaml"), "measure=quick", "--out", str(tmp_path / "o"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "the baseline raised RuntimeError" in err and "case 'c'" in err
+
+
+def test_the_command_ends_without_teardown_but_runs_exit_handlers_and_flushes(tmp_path):
+    """``expkit`` (``cli.entry``) ends its process with ``os._exit`` once ``main`` returns:
+    exit handlers still run, a large piped stdout arrives whole, and the exit code is main's."""
+    import subprocess
+    import sys
+
+    script = ("import atexit, sys; atexit.register(lambda: print('handler ran')); "
+              "sys.argv = ['expkit'] + sys.argv[1:]; from expkit.cli import entry; entry()")
+    ok = subprocess.run([sys.executable, "-c", script, "schema"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.rstrip().endswith("handler ran") and len(ok.stdout) > 4096  # the whole schema, then the handler
+    bad = subprocess.run([sys.executable, "-c", script, "validate", str(tmp_path / "missing.yaml")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "error:" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr

@@ -11,6 +11,6 @@
 The top of the import graph: nothing in expkit imports the CLI.
 """
 
-from .commands import main
+from .commands import entry, main
 
-__all__ = ["main"]
+__all__ = ["entry", "main"]
