@@ -24,6 +24,7 @@
 #   kbeval:LIST  KernelBench's own evaluation (benchmarks/kernelbench_reference_eval.py) of level-1
 #              problems LIST, one process for all, and that command's wall
 #   cprofile:LIST  after kb:LIST: one CLI run of each under cProfile (prof-N.txt: where the command's wall goes)
+#   teardown:LIST  after kb:LIST: benchmarks/command_teardown.py on each (TEARDOWN_REPEATS runs each way, 3)
 #   rerun      issue 15's reruns: benchmarks/rerun/{aa,pair}.yaml, 5 fresh invocations each
 #              (RERUN_GROUPS "aa pair", RERUN_N 5, RERUN_LIMIT 150 s a run)
 #   cost:LIST  benchmarks/harness_cost.py on the manifests kb:LIST wrote
@@ -113,6 +114,13 @@ for step in "$@"; do
           python3 -c "import pstats, sys; pstats.Stats(sys.argv[1]).sort_stats('cumulative').print_stats(60)" \
             "$B/prof-$n.out" > "$B/prof-$n.txt" 2>&1
           cp "/tmp/prof-$n/result.json" "$B/prof-$n-result.json" 2>/dev/null
+        done
+      done ;;
+    teardown:*)  # after kb:LIST: benchmarks/command_teardown.py on each (the command's end with and without teardown)
+      for n in $(echo "${step#teardown:}" | tr , ' '); do
+        for m in /tmp/kb-work/level1/manifests/${n}_*.yaml; do
+          step_limit 300 python3 benchmarks/command_teardown.py "$m" --repeats ${TEARDOWN_REPEATS:-3} > "$B/teardown-$n.md" \
+            2> "$B/teardown-$n.log"; echo "teardown $n exit $?" | tee -a "$B/steps.log"; tail -3 "$B/teardown-$n.md"
         done
       done ;;
     rerun)  # issue 15: five fresh invocations each of an A/A and an honest pair, then their agreement
