@@ -55,8 +55,9 @@ def main(argv: List[str]) -> int:
         for way in WAYS:
             r = one(way, args.manifest, args.overrides or ["measure=quick"], work / f"{way}-{i}")
             rows.append({"way": way, "i": i, **r})
-            print(f"{way:<9} {i}: command {r['wall']:.2f} s, own {r['own']:.2f} s, outside {r['wall'] - r['own']:.2f} s "
-                  f"({r['verdict']}, exit {r['exit']})", file=sys.stderr, flush=True)
+            print(f"{way:<9} {i}: command {r['wall']:.2f} s, own {r['own']:.2f} s, "
+                  f"outside {r['wall'] - r['own']:.2f} s ({r['verdict']}, exit {r['exit']})",
+                  file=sys.stderr, flush=True)
     print(f"`{args.manifest}` {' '.join(args.overrides)}, {args.repeats} runs each way, alternating\n")
     print("| way | run | command s | run's own s | outside s | verdict |")
     print("|---|---|---|---|---|---|")

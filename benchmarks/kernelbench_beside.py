@@ -4,7 +4,7 @@ A script that prints a table, not a test. It joins two result files of the same 
 ``kernelbench_sweep.py``'s (one ``expkit run ... measure=quick`` command per problem, its
 reference as the candidate) and ``kernelbench_reference_eval.py``'s (KernelBench's
 ``eval_kernel_against_ref`` on the same identity solution, every problem in one process).
-Each problem's latest record of each is used.
+Each problem's latest record of each is used (files later on the command line are later).
 
 What the two walls cover is not the same, and the table says so:
 
@@ -19,7 +19,8 @@ What the two walls cover is not the same, and the table says so:
 
 Usage::
 
-    python benchmarks/kernelbench_beside.py SWEEP.jsonl KBEVAL.jsonl [--out TABLE.md] [--note TEXT]
+    python benchmarks/kernelbench_beside.py --sweep SWEEP.jsonl... --kbeval KBEVAL.jsonl... \\
+        [--out TABLE.md] [--note TEXT]
 """
 
 from __future__ import annotations
@@ -32,14 +33,15 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 
-def _latest(path: Path, mode: str) -> Dict[str, Dict[str, Any]]:
+def _latest(paths: Sequence[Path], mode: str) -> Dict[str, Dict[str, Any]]:
     out: Dict[str, Dict[str, Any]] = {}
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        rec = json.loads(line)
-        if rec.get("mode") == mode:
-            out[rec["problem"]] = rec  # later lines are later runs
+    for path in paths:
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            if rec.get("mode") == mode:
+                out[rec["problem"]] = rec  # later lines, and later files, are later runs
     return out
 
 
@@ -69,29 +71,34 @@ def table(rs: Sequence[Dict[str, Any]]) -> str:
         lines.append(f"| {r['problem']} | {r['verdict']} | {_f(r['expkit_wall'])} | {_f(r['expkit_own'])} | "
                      f"{r['kb_result']} | {_f(r['kb_wall'])} | {_f(r['ratio'], 2)} | {_f(r['expkit_peak'], 2)} | "
                      f"{_f(r['kb_peak'], 2)} | {_f(r['plain_peak'], 2)} |")
-    walls = [(r["expkit_wall"], r["kb_wall"]) for r in rs if r["expkit_wall"] and r["kb_wall"]]
+    # Walls compared only where KernelBench's evaluation finished (an error ends it early).
+    walls = [(r["expkit_wall"], r["kb_wall"]) for r in rs
+             if r["expkit_wall"] and r["kb_wall"] and r["kb_result"] == "correct"]
     if walls:
         e, k = [w[0] for w in walls], [w[1] for w in walls]
-        lines += ["", f"{len(walls)} problems: expkit's command wall median {statistics.median(e):.1f} s "
-                  f"(sum {sum(e):.0f} s); KernelBench's per-problem wall median {statistics.median(k):.1f} s "
-                  f"(sum {sum(k):.0f} s); expkit slower on {sum(a > b for a, b in walls)} of {len(walls)}."]
+        left = len(rs) - len(walls)
+        lines += ["", f"{len(walls)} problems KernelBench's evaluation finished"
+                  + (f" ({left} more it did not)" if left else "")
+                  + f": expkit's command wall median {statistics.median(e):.1f} s (sum {sum(e):.0f} s); "
+                  f"KernelBench's per-problem wall median {statistics.median(k):.1f} s (sum {sum(k):.0f} s); "
+                  f"expkit slower on {sum(a > b for a, b in walls)} of {len(walls)}."]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("sweep", type=Path, help="kernelbench_sweep.py's JSONL")
-    ap.add_argument("kbeval", type=Path, help="kernelbench_reference_eval.py's JSONL")
+    ap.add_argument("--sweep", type=Path, nargs="+", required=True, help="kernelbench_sweep.py's JSONL files")
+    ap.add_argument("--kbeval", type=Path, nargs="+", required=True, help="kernelbench_reference_eval.py's JSONL files")
     ap.add_argument("--out", type=Path, default=None, help="also write the table here")
     ap.add_argument("--note", default="", help="a line above the table (machine, commit, date)")
     args = ap.parse_args(argv)
-    for p in (args.sweep, args.kbeval):
+    for p in (*args.sweep, *args.kbeval):
         if not p.is_file():
             print(f"error: {p}: no such file", file=sys.stderr)
             return 2
     rs = rows(_latest(args.sweep, "identity"), _latest(args.kbeval, "kb-eval"))
     if not rs:
-        print(f"error: no problem is in both {args.sweep} and {args.kbeval}", file=sys.stderr)
+        print("error: no problem is in both the sweep's files and KernelBench's", file=sys.stderr)
         return 2
     text = (args.note + "\n\n" if args.note else "") + table(rs)
     print(text, end="")
