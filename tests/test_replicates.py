@@ -191,3 +191,27 @@ def test_a_replicate_starts_early_only_where_the_memory_plan_leaves_room(monkeyp
     assert spare("cuda", None) == []
     assert spare("cpu", None) == [False]  # forked workers on the host share the parent's pages
     assert spare("cpu", None, r=3) == []  # measure.processes=3: replicates 0-2 only
+
+
+def test_a_pair_that_fails_to_start_early_still_lets_the_one_before_it_close(tmp_path, monkeypatch):
+    """An early start that raises loses nothing: the pair before it closes, and the next
+    replicate starts its pair when it opens."""
+    from expkit.bench import replicates as rep
+
+    def fails(self, r):
+        raise OSError("no more processes")
+
+    closed = []
+    close = pair_module.Pair.close
+
+    def noted(self, out_dir=None):
+        closed.append(id(self))
+        return close(self, out_dir)
+
+    monkeypatch.setattr(rep.Replicates, "start_early", fails)
+    monkeypatch.setattr(pair_module.Pair, "close", noted)
+    out = tmp_path / "run"
+    result = runner.run_manifest(EXAMPLES / "honest-win.yaml", ["measure=quick", "measure.processes=2"], out).result
+    assert result["memory"]["measured"]["candidate"]["requests"]["hello"]["count"] == 2
+    assert len(set(closed)) == 2, closed
+    assert result["verdict"] in ("supported", "inconclusive"), result["reasons"]

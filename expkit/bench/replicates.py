@@ -165,7 +165,10 @@ class _Replicate:
         closing = self.r > 0 or o.first_goes_early
         if closing:
             self.pair.begin_close()
-        o.start_early(self.r + 1)  # its start overlaps this pair's end
+        try:
+            o.start_early(self.r + 1)  # its start overlaps this pair's end
+        except Exception:  # this pair still closes; the next replicate's open starts its pair and says what failed
+            pass
         if self.r > 0:
             # No evidence files from a later pair: the run folder keeps the first pair's
             # output, the preflight's among it (a later pair's copy would overwrite it).
