@@ -162,8 +162,7 @@ class _Replicate:
     def close(self) -> None:
         o = self.owner
         self._stop_window()
-        closing = self.r > 0 or o.first_goes_early
-        if closing:
+        if self.r > 0 or o.first_goes_early:  # this pair closes below: its workers are asked to end first
             self.pair.begin_close()
         try:
             o.start_early(self.r + 1)  # its start overlaps this pair's end
