@@ -18,9 +18,10 @@ from .endpoint import fork_unsafe_reason
 from .memory import GiB, HEADROOM
 from .pair import Pair, busiest, open_pair
 
-#: Device memory a pair's two workers need to start (a CUDA context, library workspaces):
-#: NVML counted 1108-1172 MiB for each later pair's processes on an H100, inputs included
-#: (benchmarks/results/h100-2026-11-25/README.md).
+#: Device memory a pair's two workers need to start: until they open (``prepare``), each holds
+#: its CUDA context alone. NVML counted 1108-1172 MiB a process on an H100 once a small
+#: problem's inputs and library workspaces were added (benchmarks/results/h100-2026-11-25/
+#: start_12_ba11bf6.txt).
 START_ROOM = 2 * GiB
 
 
