@@ -215,3 +215,29 @@ def test_a_pair_that_fails_to_start_early_still_lets_the_one_before_it_close(tmp
     assert result["memory"]["measured"]["candidate"]["requests"]["hello"]["count"] == 2
     assert len(set(closed)) == 2, closed
     assert result["verdict"] in ("supported", "inconclusive"), result["reasons"]
+
+
+def test_a_pair_started_early_whose_workers_do_not_answer_is_started_again(tmp_path, monkeypatch):
+    """A worker of an early-started pair that dies before its hello is read (on a GPU, say,
+    out of memory beside the pair that was closing) costs a fresh start, not a finding."""
+    import os
+    import signal
+
+    from expkit.bench import replicates as rep
+
+    start_early = rep.Replicates.start_early
+    killed = []
+
+    def start_and_kill(self, r):
+        start_early(self, r)
+        if self._spare is not None:
+            pid = self._spare[2].c.pid()
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    monkeypatch.setattr(rep.Replicates, "start_early", start_and_kill)
+    out = tmp_path / "run"
+    result = runner.run_manifest(EXAMPLES / "honest-win.yaml", ["measure=quick", "measure.processes=2"], out).result
+    assert len(killed) == 1
+    assert result["verdict"] in ("supported", "inconclusive"), result["reasons"]
+    assert not [f for f in result["checks"] if not f["ok"] and f["severity"] == "invalid"], result["checks"]

@@ -59,14 +59,7 @@ class Replicates:
     def open(self, r: int) -> "_Replicate":
         if r == 0:
             return _Replicate(self, self.first, r)
-        spare, self._spare = self._spare, None
-        if spare is not None and spare[0] == r:
-            why, pair = spare[1], spare[2]
-            pair.greet()
-        else:
-            if spare is not None:
-                spare[2].close(None)
-            why, pair = self._start()
+        why, pair = self._take_spare(r) or self._start()
         method = pair.evidence.get("start_method")
         self.first.evidence.setdefault("replicate_start_methods", []).append(
             f"{method} ({why})" if why and method != "fork" else method)
@@ -74,6 +67,24 @@ class Replicates:
         pair.adopt_memory(self.memory)
         self.findings += pair.findings()
         return _Replicate(self, pair, r)
+
+    def _take_spare(self, r: int) -> Optional[Tuple[Optional[str], Pair]]:
+        """Replicate ``r``'s pair started early, greeted; None where there is none, or where its
+        workers did not answer (perhaps for want of memory beside the pair that was closing):
+        that pair is closed, and the caller starts one now that the other has gone."""
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return None
+        why, pair = spare[1], spare[2]
+        if spare[0] == r:
+            try:
+                pair.greet()
+            except Exception:  # greet closed it; a pair started now says what fails
+                return None
+            if pair.b.broken is None and pair.c.broken is None:
+                return why, pair
+        pair.close(None)
+        return None
 
     def _start(self, greet: bool = True) -> Tuple[Optional[str], Pair]:
         why = fork_unsafe_reason() if self.settings.defences.start_method == "auto" else None
