@@ -79,7 +79,8 @@ class Replicates:
         if spare[0] == r:
             try:
                 pair.greet()
-            except Exception:  # greet closed it; a pair started now says what fails
+            except Exception:  # a pair started now says what fails
+                pair.close(None)
                 return None
             if pair.b.broken is None and pair.c.broken is None:
                 return why, pair
