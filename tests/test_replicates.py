@@ -205,7 +205,7 @@ def test_a_pair_that_fails_to_start_early_still_lets_the_one_before_it_close(tmp
     close = pair_module.Pair.close
 
     def noted(self, out_dir=None):
-        closed.append(id(self))
+        closed.append(getattr(self, "raise_on_greet", False))
         return close(self, out_dir)
 
     monkeypatch.setattr(rep.Replicates, "start_early", fails)
@@ -241,3 +241,35 @@ def test_a_pair_started_early_whose_workers_do_not_answer_is_started_again(tmp_p
     assert len(killed) == 1
     assert result["verdict"] in ("supported", "inconclusive"), result["reasons"]
     assert not [f for f in result["checks"] if not f["ok"] and f["severity"] == "invalid"], result["checks"]
+
+
+def test_a_pair_started_early_whose_hello_raises_is_closed_and_started_again(tmp_path, monkeypatch):
+    """A hello that raises in a pair started early closes that pair (its workers are not
+    left to the interpreter's exit) and the replicate starts a fresh one."""
+    from expkit.bench import replicates as rep
+
+    start_early, greet, close = rep.Replicates.start_early, pair_module.Pair.greet, pair_module.Pair.close
+    marked, closed = [], []
+
+    def start_and_mark(self, r):
+        start_early(self, r)
+        if self._spare is not None:
+            self._spare[2].raise_on_greet = True
+            marked.append(r)
+
+    def raising(self):
+        if getattr(self, "raise_on_greet", False):
+            raise RuntimeError("a hello that could not be read")
+        return greet(self)
+
+    def noted(self, out_dir=None):
+        closed.append(getattr(self, "raise_on_greet", False))
+        return close(self, out_dir)
+
+    monkeypatch.setattr(rep.Replicates, "start_early", start_and_mark)
+    monkeypatch.setattr(pair_module.Pair, "greet", raising)
+    monkeypatch.setattr(pair_module.Pair, "close", noted)
+    out = tmp_path / "run"
+    result = runner.run_manifest(EXAMPLES / "honest-win.yaml", ["measure=quick", "measure.processes=2"], out).result
+    assert marked == [1] and True in closed, (marked, closed)  # the pair whose hello raised was closed
+    assert result["verdict"] in ("supported", "inconclusive"), result["reasons"]
