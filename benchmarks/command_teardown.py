@@ -38,6 +38,9 @@ def one(way: str, manifest: str, overrides: List[str], out: Path) -> Dict[str, f
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.monotonic() - t0
+    if not (out / "result.json").is_file():
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SystemExit(f"error: {way}: `expkit run {manifest}` wrote no result.json (exit {proc.returncode}): {tail}")
     result = json.loads((out / "result.json").read_text())
     return {"wall": wall, "own": float(result["wall_seconds"]), "exit": proc.returncode,
             "verdict": result["verdict"]}
