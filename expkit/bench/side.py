@@ -30,6 +30,7 @@ The baseline's process also answers the judging requests of :mod:`.judge`."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import random
 import threading
@@ -37,11 +38,11 @@ from dataclasses import asdict
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ..checks import oracles, preflight
-from ..checks.activity import (THREADS, Activity, ResourceAccount, activity, settle, child_pids, new_activity,
-                               parked_new_threads, set_cpu_threads)
+from ..checks.activity import THREADS, ResourceAccount, activity, child_pids, new_activity, set_cpu_threads, settle
 from ..checks.global_state import GLOBAL_STATE, snapshot_state, state_changes
 from ..core.findings import WARNING, Finding
 from ..manifest.settings import Settings
+from .block_checks import LateChecks, after_block, spare_core, threads_now
 from .clock import CLOCK
 from .fallback import ExceptionWitness, candidate_files
 from .fresh import FreshInputs
@@ -111,6 +112,9 @@ class SideBench:
         self.lm, self.settings, self.device, self.role = lm, settings, device, role
         self.resources: Optional[Dict[str, Any]] = None  # the last case's ResourceAccount.summary()
         self.defended = settings.defences.enabled
+        #: Each block's checks (.block_checks): after its reply in a worker with a core to spare.
+        self.late = LateChecks(role, after_reply=self.defended and not local
+                               and spare_core(settings.measure.cpu_threads, device))
         set_cpu_threads(settings.measure.cpu_threads)  # before the snapshot: the harness's own choice
         self.state0 = snapshot_state()
         self.funcs0 = FunctionSnapshot.take()
@@ -317,8 +321,8 @@ class SideBench:
         cs = self.case
         assert cs is not None
         w0 = CLOCK()
-        children = child_pids()
-        before = Activity({t.ident or 0: t.name for t in threading.enumerate()}, frozenset())
+        before = threads_now() if self.defended else None
+        children = child_pids() if self.defended else frozenset()
         cs.begin(recheck)
         if cs.account is not None:
             settle(cs.account.reader)  # the harness's own OpenMP pool, still spinning, is not the side's
@@ -332,21 +336,8 @@ class SideBench:
         if untimed is None:  # the GPU timer: host and device overlap, so the rest of the span is untimed
             untimed = max(0.0, (s1 - s0) - timed)
         found: List[Finding] = [used] if used is not None else []
-        grown = new_activity(before, Activity({t.ident or 0: t.name for t in threading.enumerate()}, frozenset()))
-        # Calls that returned with more threads alive than they started with, beyond the
-        # workers a lazily started pool keeps parked: threads that did the work after
-        # the call and were gone by the end of the block.
-        leaked = cs.leaked_threads - parked_new_threads(before)
-        cs.leaked_threads = 0
-        if grown or leaked > 0:
-            found.append(Finding(THREADS, False, f"{self.role}: " + (grown or f"{leaked} call(s) left a new "
-                                                                     "thread running when they returned"), cs.name))
-        new = sorted(child_pids() - children)
-        if new:
-            found.append(Finding(THREADS, False, f"{self.role}: {len(new)} new child process(es) still running (pid "
-                                 f"{', '.join(map(str, new[:3]))}) after timed calls returned: work that goes on "
-                                 "after a call escapes its timer", cs.name))
-        found += self.tamper_findings(f"while the {self.role} was timed", cs.name, hot_only=True)
+        if before is not None:  # threads, child processes, tamper: now, or after the reply (.block_checks)
+            found = self.late.submit(functools.partial(after_block, self, cs, before, children)) + found
         kept = None
         if cs.kept is not None:
             out, pristine = cs.kept
@@ -360,8 +351,7 @@ class SideBench:
                     list(oracles.flatten(out))), "positions": [i for i, a in enumerate(pristine) if _is_tensor(a)],
                     "structure": structure(out)}
                 cs.keep_alive = (out, pristine)
-        fresh = [f for f in found if (f.check, f.message.split(":")[0]) not in cs.reported]
-        cs.reported.update((f.check, f.message.split(":")[0]) for f in found)
+        fresh = cs.unreported(found)
         c1 = CLOCK()
         timing = getattr(cs.timer, "last_timing", None)
         return {"seconds": per_call, "number": number, "timed": timed, "untimed": untimed, "recheck": 0.0,
@@ -383,7 +373,10 @@ class SideBench:
         self.exporter.release_exports()
         name = cs.name if cs is not None else None
         self.resources = cs.account.summary() if cs is not None and cs.account is not None else None
-        out = self.tamper_findings(f"while the {self.role}'s case was measured", name) if self.defended else []
+        late = self.late.take()  # the last block's checks, if they ran after its reply
+        late = cs.unreported(late) if cs is not None else late
+        out = late + (self.tamper_findings(f"while the {self.role}'s case was measured", name) if self.defended
+                      else [])
         if cs is not None and not cs.fresh.salted:
             out.append(Finding("fresh-inputs", False, "no floating-point input with two or more elements to salt: "
                                "timed calls repeat their inputs (use defences.fresh=regenerate)", name,
@@ -426,6 +419,13 @@ class CaseState:
         self.account = (ResourceAccount(s.measure.cpu_threads, role=bench.role, case=case.name)
                         if device == "cpu" and bench.defended else None)
         self.call = self._make_call()
+
+    def unreported(self, found: List[Finding]) -> List[Finding]:
+        """Those of ``found`` this case has not reported yet (one per check and subject)."""
+        key = lambda f: (f.check, f.message.split(":")[0])  # noqa: E731
+        fresh = [f for f in found if key(f) not in self.reported]
+        self.reported.update(map(key, found))
+        return fresh
 
     def owned(self) -> List[Any]:
         return [t for s in self.fresh.sets for t in s if _is_tensor(t)]
