@@ -44,6 +44,9 @@
 #   pycache    from here on, Python writes and reads bytecode caches (under /tmp/pyc), as a
 #              user's Python does: this device's sets PYTHONDONTWRITEBYTECODE=1 and ships
 #              torch without them, so every process compiles torch's modules afresh
+#   overhead:LIST  benchmarks/defence_overhead.py on the manifests LIST (comma-separated paths),
+#              OVERHEAD_ROUNDS rounds (2) of one run each way; where .device-src-old is carried, each
+#              round runs the old snapshot's script too, alternating (overhead-{new,old}-ROUND.{md,json})
 #   fidelity   benchmarks/timing_fidelity.py --quick
 #   fidelity-full  benchmarks/timing_fidelity.py
 set -uo pipefail
@@ -217,6 +220,17 @@ PY
         for m in /tmp/kb-work/level1/manifests/${n}_*.yaml; do
           step_limit 120 python3 benchmarks/request_times.py "$m" > "$B/timeline-$n.txt" 2>&1
           echo "timeline $n exit $?" | tee -a "$B/steps.log"; tail -22 "$B/timeline-$n.txt"
+        done
+      done ;;
+    overhead:*)
+      ms=$(echo "${step#overhead:}" | tr , ' ')
+      for i in $(seq "${OVERHEAD_ROUNDS:-2}"); do
+        for tree in new old; do
+          src=$ROOT; [ $tree = old ] && src=$REPO/.device-src-old
+          [ -d "$src" ] || continue
+          PYTHONPATH=/tmp/site:$src step_limit 280 python3 "$src/benchmarks/defence_overhead.py" $ms --repeats 1 \
+            --max-seconds 2 --json "$B/overhead-$tree-$i.json" > "$B/overhead-$tree-$i.md" 2>&1
+          echo "overhead $tree $i exit $?" | tee -a "$B/steps.log"; grep '^|' "$B/overhead-$tree-$i.md" | tail -4
         done
       done ;;
     fidelity)
