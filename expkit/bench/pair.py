@@ -116,9 +116,7 @@ class Pair:
         self._sources = {**hb["sources"], **hc["sources"]}
         self.gpu = hb.get("gpu")
         self.evidence.update(baseline_pid=hb.get("pid"), worker_pid=hc.get("pid"), allocator=hc.get("allocator"),
-                             startup={BASELINE: hb.get("startup"), CANDIDATE: hc.get("startup")},
-                             checks_after_reply={BASELINE: hb.get("checks_after_reply"),
-                                                 CANDIDATE: hc.get("checks_after_reply")})
+                             startup={BASELINE: hb.get("startup"), CANDIDATE: hc.get("startup")})
 
     # -- plumbing -----------------------------------------------------------------------------
     def tell(self, e: ChannelError, when: str) -> List[Finding]:

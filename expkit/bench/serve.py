@@ -80,8 +80,7 @@ class Server:
 
         reply = {"findings": [asdict(f) for f in self.side.session_findings], "sources": self.side.sources(),
                  "pid": os.getpid(), "gpu": None, "catalog": [], "allocator": allocator.STATE,
-                 "startup": dict(getattr(self.side, "startup", {})),
-                 "checks_after_reply": self.side.late.after_reply}
+                 "startup": dict(getattr(self.side, "startup", {}))}
         if m.get("environment"):
             reply["gpu"] = gpu_info(self.side.device)
             if self.side.device == "cuda" and reply["gpu"].get("name"):

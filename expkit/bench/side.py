@@ -30,7 +30,6 @@ The baseline's process also answers the judging requests of :mod:`.judge`."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib
 import random
 import threading
@@ -42,7 +41,7 @@ from ..checks.activity import THREADS, ResourceAccount, activity, child_pids, ne
 from ..checks.global_state import GLOBAL_STATE, snapshot_state, state_changes
 from ..core.findings import WARNING, Finding
 from ..manifest.settings import Settings
-from .block_checks import LateChecks, after_block, spare_core, threads_now
+from .block_checks import after_block, threads_now
 from .clock import CLOCK
 from .fallback import ExceptionWitness, candidate_files
 from .fresh import FreshInputs
@@ -112,9 +111,6 @@ class SideBench:
         self.lm, self.settings, self.device, self.role = lm, settings, device, role
         self.resources: Optional[Dict[str, Any]] = None  # the last case's ResourceAccount.summary()
         self.defended = settings.defences.enabled
-        #: Each block's checks (.block_checks): after its reply in a worker with a core to spare.
-        self.late = LateChecks(role, after_reply=self.defended and not local
-                               and spare_core(settings.measure.cpu_threads, device))
         set_cpu_threads(settings.measure.cpu_threads)  # before the snapshot: the harness's own choice
         self.state0 = snapshot_state()
         self.funcs0 = FunctionSnapshot.take()
@@ -336,8 +332,8 @@ class SideBench:
         if untimed is None:  # the GPU timer: host and device overlap, so the rest of the span is untimed
             untimed = max(0.0, (s1 - s0) - timed)
         found: List[Finding] = [used] if used is not None else []
-        if before is not None:  # threads, child processes, tamper: now, or after the reply (.block_checks)
-            found = self.late.submit(functools.partial(after_block, self, cs, before, children)) + found
+        if before is not None:  # threads, child processes, tamper (.block_checks)
+            found += after_block(self, cs, before, children)
         kept = None
         if cs.kept is not None:
             out, pristine = cs.kept
@@ -373,10 +369,7 @@ class SideBench:
         self.exporter.release_exports()
         name = cs.name if cs is not None else None
         self.resources = cs.account.summary() if cs is not None and cs.account is not None else None
-        late = self.late.take()  # the last block's checks, if they ran after its reply
-        late = cs.unreported(late) if cs is not None else late
-        out = late + (self.tamper_findings(f"while the {self.role}'s case was measured", name) if self.defended
-                      else [])
+        out = self.tamper_findings(f"while the {self.role}'s case was measured", name) if self.defended else []
         if cs is not None and not cs.fresh.salted:
             out.append(Finding("fresh-inputs", False, "no floating-point input with two or more elements to salt: "
                                "timed calls repeat their inputs (use defences.fresh=regenerate)", name,

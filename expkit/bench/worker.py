@@ -148,6 +148,5 @@ def worker_main(req: Any, rep: Any, manifest_path: str, settings: Any, device: s
             break
         if startup is not None:
             break
-        server.side.late.run()  # a block's checks that wait for its reply (.block_checks)
     sys.stdout.flush()
     sys.stderr.flush()

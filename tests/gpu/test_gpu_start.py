@@ -39,8 +39,6 @@ def test_a_cli_run_on_the_gpu_forks_its_workers_and_they_use_cuda(tmp_path):
     d = result["defences"]
     assert d["start_method"] == "fork", d["start_method"]
     assert set(d["replicate_start_methods"]) == {"fork"}, d["replicate_start_methods"]
-    # a GPU block leaves the host's other cores free: each side checks its blocks after their reply
-    assert d["checks_after_reply"] == {"baseline": True, "candidate": True}, d["checks_after_reply"]
     assert proc.returncode == 0 and result["verdict"] == "supported", (result["reasons"], proc.stderr[-2000:])
     assert result["environment"]["gpu"]
 
