@@ -47,6 +47,7 @@
 #   overhead:LIST  benchmarks/defence_overhead.py on the manifests LIST (comma-separated paths),
 #              OVERHEAD_ROUNDS rounds (2) of one run each way; where .device-src-old is carried, each
 #              round runs the old snapshot's script too, alternating (overhead-{new,old}-ROUND.{md,json})
+#   requests:LIST  benchmarks/request_times.py on the manifests LIST (comma-separated paths), measure=quick
 #   fidelity   benchmarks/timing_fidelity.py --quick
 #   fidelity-full  benchmarks/timing_fidelity.py
 set -uo pipefail
@@ -232,6 +233,12 @@ PY
             --max-seconds 2 --json "$B/overhead-$tree-$i.json" > "$B/overhead-$tree-$i.md" 2>&1
           echo "overhead $tree $i exit $?" | tee -a "$B/steps.log"; grep '^|' "$B/overhead-$tree-$i.md" | tail -4
         done
+      done ;;
+    requests:*)
+      for m in $(echo "${step#requests:}" | tr , ' '); do
+        n=$(basename "$m" .yaml)
+        step_limit 150 python3 benchmarks/request_times.py "$m" "$B/requests-$n" measure=quick > "$B/requests-$n.txt" 2>&1
+        echo "requests $n exit $?" | tee -a "$B/steps.log"; tail -25 "$B/requests-$n.txt"
       done ;;
     fidelity)
       step_limit 240 python3 benchmarks/timing_fidelity.py --quick --out "$B/fidelity-quick" 2>&1 | tail -40 ;;
