@@ -1,4 +1,3 @@
-import dataclasses
 import random
 
 import pytest
@@ -248,74 +247,3 @@ def test_processes_below_one_is_a_config_error_that_names_the_key(bad):
 
     with pytest.raises(ConfigError, match="measure.processes"):
         MeasureSettings(processes=bad)
-
-
-class RoundTripTimer:
-    """A timer in another process, scripted: each block takes ``per_call`` a call of timed
-    work, ``untimed`` a call of per-call work between the calls (``last_untimed``), and
-    ``fixed[i]`` once for the i-th block (the round trip and the checks; the last repeats)."""
-
-    method = "scripted"
-
-    def __init__(self, clock, per_call: float, fixed, untimed: float = 0.0) -> None:
-        self.clock, self.per_call, self.fixed, self.untimed = clock, per_call, list(fixed), untimed
-        self.blocks = 0
-        self.last_untimed = 0.0
-
-    def sample(self, fn, number: int) -> float:
-        fixed = self.fixed[min(self.blocks, len(self.fixed) - 1)]
-        self.blocks += 1
-        self.last_untimed = self.untimed * number
-        self.clock.advance(self.per_call * number + self.last_untimed + fixed)
-        return self.per_call
-
-
-def _blocks(per_call=10e-6, fixed=(1e-3,), untimed=0.0, **kw) -> int:
-    clock = FakeClock()
-    timer = RoundTripTimer(clock, per_call, fixed, untimed)
-    return calibrate(timer, lambda: None, 2e-3, clock=clock, **kw)
-
-
-def test_without_an_overhead_share_a_block_is_the_least_power_of_two_over_min_block_seconds():
-    assert _blocks() == 256 and _blocks(overhead_share=0.0) == 256  # 2.56 ms of 10 us calls
-
-
-def test_a_block_grows_until_the_harness_time_around_it_is_its_share():
-    # 1 ms of round trip a block, at most 5% of it: 20 ms of 10 us calls -> 2048
-    assert _blocks(overhead_share=0.05) == 2048
-    assert _blocks(overhead_share=0.5) == 256  # 2 ms is what min_block_seconds asked already
-
-
-def test_per_call_work_between_the_calls_is_not_the_blocks_overhead():
-    # 50 us of fresh inputs a call grows with the block: counted, the floor would be 21 ms -> 4096
-    assert _blocks(untimed=50e-6, overhead_share=0.05) == 2048
-
-
-def test_one_late_block_does_not_make_every_block_long():
-    assert _blocks(fixed=(50e-3, 1e-3), overhead_share=0.05) == 2048
-
-
-def test_the_floor_stops_at_max_block_seconds():
-    assert _blocks(overhead_share=0.05, max_block_seconds=5e-3) == 512
-
-
-def test_max_block_overhead_must_be_a_share_of_a_block():
-    from expkit.core.errors import ConfigError
-
-    for bad in (1.0, -0.1, 2.0):
-        with pytest.raises(ConfigError, match="measure.max_block_overhead"):
-            MeasureSettings(max_block_overhead=bad)
-    assert MeasureSettings(max_block_overhead=0.0).max_block_overhead == 0.0
-
-
-def test_the_measurement_loop_sizes_blocks_by_the_harness_time_around_them():
-    clock = FakeClock()
-    timer = RoundTripTimer(clock, 10e-6, (1e-3,))
-    s = MeasureSettings(warmup_seconds=0.001, min_rounds=4, min_seconds=0.01, max_seconds=0.5, target_ci=0.5,
-                        min_block_seconds=0.001, bootstrap=200)
-    op = FakeOp(clock, 10e-6)
-    cs = measure.measure_case("c", op, op, timer, s, rng=random.Random(0), clock=clock)
-    assert {x.number for x in cs.samples} == {2048}  # 0.05 by default: 20 ms blocks, not 1 ms
-    off = measure.measure_case("c", op, op, RoundTripTimer(clock, 10e-6, (1e-3,)),
-                               dataclasses.replace(s, max_block_overhead=0.0), rng=random.Random(0), clock=clock)
-    assert {x.number for x in off.samples} == {128}

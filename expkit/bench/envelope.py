@@ -145,8 +145,6 @@ class SessionTimer:
         self.findings: List[Finding] = []
         self.method = "defended"
         self.info: Any = None  # the workers' timers' TimerInfo (set by the pair)
-        #: The last batch's untimed seconds in the workers (per-call work between the calls).
-        self.last_untimed = 0.0
 
     def sample(self, fn: Any, number: int) -> float:
         from ..timing.timer import BlockTiming
@@ -171,7 +169,6 @@ class SessionTimer:
             self.findings.extend(finding_from(f) for f in r.get("findings", ()))
             out.append(r.get("timing") or float(r["seconds"]))
         blocks = rep["blocks"]
-        self.last_untimed = sum(float(b["untimed"]) for b in blocks)
         # Single blocks (the block-size calibration) are too short for the parent's
         # clock to judge against its own wake-up latency; batches are judged.
         if self._envelope and judged:

@@ -28,10 +28,6 @@ class MeasureSettings:
     ``±target_ci`` (relative), after at least ``min_rounds`` rounds and ``min_seconds``
     of timed work, and stops at ``max_seconds`` of timed work whatever it shows.
 
-    A block holds at least ``min_block_seconds`` of calls and, beyond that, enough calls
-    that the harness's own time around it (a worker's round trip and checks) is at most
-    ``max_block_overhead`` of it (``timing.timer.calibrate``; 0 turns that floor off).
-
     ``timer`` (GPU only): ``kernel`` judges each call by its kernels' span in the GPU's
     own record (CUPTI; CUDA events when CUPTI is unavailable, and the result says
     why), ``events`` by CUDA events around the call; both figures are reported either way.
@@ -51,7 +47,6 @@ class MeasureSettings:
     target_ci: float = 0.01
     confidence: float = 0.95
     min_block_seconds: float = 0.005
-    max_block_overhead: float = 0.05
     input_sets: int = 4
     bootstrap: int = 2000
     cold: bool = True
@@ -63,10 +58,6 @@ class MeasureSettings:
         if self.timer not in TIMER_CHOICES:
             raise ConfigError(f"measure.timer: {self.timer!r} is not a timer; use one of "
                               + ", ".join(TIMER_CHOICES) + " (e.g. measure.timer=events)")
-        if not 0.0 <= self.max_block_overhead < 1.0:
-            raise ConfigError(f"measure.max_block_overhead: {self.max_block_overhead} is not a share of a block; "
-                              "give a number from 0 (no floor) up to, not including, 1 (e.g. "
-                              "measure.max_block_overhead=0.05)")
         if self.processes < 1:
             raise ConfigError(f"measure.processes: {self.processes} measures nothing; give at least 1 "
                               "(e.g. measure.processes=5)")

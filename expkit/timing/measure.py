@@ -241,13 +241,7 @@ def _sample_rounds(case: str, fns: Mapping[str, Callable[[], Any]], timer: Timer
     timed seconds."""
     for side in SIDES:
         _warm_up(fns[side], budget.warmup_seconds / 2, clock)
-    # A block holds enough calls that the harness's own time around it (a worker's round
-    # trip and checks) is at most ``max_block_overhead`` of it, as long as ``min_rounds``
-    # rounds still fit this process's budget.
-    longest = budget.max_seconds / (2 * max(1, budget.min_rounds))
-    number = {side: calibrate(timer, fns[side], settings.min_block_seconds, clock=clock,
-                              overhead_share=settings.max_block_overhead, max_block_seconds=longest)
-              for side in SIDES}
+    number = {side: calibrate(timer, fns[side], settings.min_block_seconds) for side in SIDES}
 
     samples: list[Sample] = []
     timed = 0.0

@@ -125,37 +125,14 @@ class PerfCounterTimer:
         return (clock() - start) / number
 
 
-def calibrate(timer: Timer, fn: Callable[[], Any], min_block_seconds: float, max_number: int = 1 << 20, *,
-              clock: Optional[Callable[[], float]] = None, overhead_share: float = 0.0,
-              max_block_seconds: float = math.inf) -> int:
-    """The smallest power of two ``number`` whose block lasts at least ``min_block_seconds``
-    and, given ``clock`` and ``overhead_share``, at least the harness's own time around one
-    block over ``overhead_share`` (that floor at most ``max_block_seconds``).
-
-    The harness's time around a block is what ``clock`` sees beyond the block's timed calls
-    and the timer's per-call work (``last_untimed``, where the timer keeps it): a worker's
-    round trip and its checks, paid once a block however many calls it holds. The least
-    seen over the calibration's blocks is taken, so that one late wake-up does not make
-    every block long. :func:`block_overhead` gives it for one block."""
-    number, per_call, fixed = 1, 0.0, math.inf
+def calibrate(timer: Timer, fn: Callable[[], Any], min_block_seconds: float, max_number: int = 1 << 20) -> int:
+    """The smallest power of two ``number`` whose block lasts at least ``min_block_seconds``."""
+    number = 1
     while number < max_number:
-        t0 = clock() if clock is not None else 0.0
         per_call = timer.sample(fn, number)
-        if clock is not None:
-            fixed = min(fixed, block_overhead(timer, per_call, number, clock() - t0))
         if per_call * number >= min_block_seconds:
             break
         # Jump straight to the estimate instead of doubling one step at a time.
         wanted = min_block_seconds / max(per_call, 1e-9)
         number = min(max_number, max(number * 2, 1 << max(0, int(wanted - 1).bit_length())))
-    if overhead_share > 0 and 0 < fixed < math.inf and per_call > 0:
-        floor = min(fixed / overhead_share, max_block_seconds)
-        if per_call * number < floor:
-            number = min(max_number, 1 << max(0, math.ceil(math.log2(floor / per_call))))
     return number
-
-
-def block_overhead(timer: Timer, per_call: float, number: int, wall: float) -> float:
-    """Seconds of ``wall`` (one block's, on the caller's clock) that were neither its timed
-    calls nor the timer's own per-call work between them."""
-    return wall - per_call * number - float(getattr(timer, "last_untimed", None) or 0.0)
