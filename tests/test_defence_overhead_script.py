@@ -1,0 +1,43 @@
+"""benchmarks/defence_overhead.py: which settings each run gets (the runs themselves are faked)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+
+import expkit.runner
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("defence_overhead", ROOT / "benchmarks" / "defence_overhead.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _runs(monkeypatch, argv):
+    seen = []
+
+    def fake(manifest, overrides, out_dir=None):
+        seen.append(list(overrides))
+        cases = {"c": {"wall_seconds": 1.0, "timed_seconds": 0.5, "speedup": 1.0}}
+        return SimpleNamespace(result={"measured": {"cases": cases}, "verdict": "supported", "checks": []})
+
+    monkeypatch.setattr(expkit.runner, "run_manifest", fake)
+    assert _script().main(argv) == 0
+    return seen
+
+
+def test_runs_pin_the_timed_work_unless_asked_to_measure_as_shipped(monkeypatch, capsys):
+    manifest = str(ROOT / "manifests/examples/cpu/honest-win.yaml")
+    pinned = _runs(monkeypatch, [manifest, "--repeats", "1", "--max-seconds", "2"])
+    # two warm-ups (0.2 s each), then one run each way, alternating on and off
+    assert [o for o in pinned[2] if o.startswith("measure.")] == ["measure.max_seconds=2.0", "measure.target_ci=0.0"]
+    assert [o[-1] for o in pinned] == ["defences.enabled=true", "defences.enabled=false"] * 2
+    shipped = _runs(monkeypatch, [manifest, "--repeats", "1", "--as-shipped"])
+    assert [o for o in shipped[2] if o.startswith("measure.")] == []  # quick's own target and budget
+    assert shipped[2][0] == "measure=quick"
+    assert "| honest-win.yaml | on | 1 |" in capsys.readouterr().out
