@@ -27,8 +27,9 @@ the timed calls themselves, the overhead of "on" over "off" on each, and the
 verdicts and speedups, so that "an honest example's verdict is unchanged" can be
 read off the same rows. ``--as-shipped`` leaves ``quick``'s own stopping rule in place
 (target 5%, 3 s of timed calls at most): the cost a user pays, where each run may stop
-after a different amount of timed work (the "timed s" column says how much). The wall time on a machine other people use is noisy: run
-it on a quiet one, and read the spread (min-max) before the median.
+after a different amount of timed work (the "timed s" column says how much). The wall
+time on a machine other people use is noisy: run it on a quiet one, and read the spread
+(min-max) before the median.
 """
 
 from __future__ import annotations
