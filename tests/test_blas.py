@@ -1,5 +1,6 @@
-"""scipy's BLAS threads: one in the runner's process (so it stays fit to fork), the
-library's own default again in each worker (so code under test runs as outside expkit)."""
+"""scipy's BLAS threads: one in the runner's process (so it stays fit to fork), in each
+worker the run's ``measure.cpu_threads`` (as torch gets), or where that is null the
+library's own default again (so code under test runs as outside expkit)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,32 @@ def test_the_runner_loads_scipy_on_one_thread_and_a_forked_worker_gets_the_defau
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.strip().splitlines()
     assert lines[0] == "parent 1 None" and lines[1] == "child True True", lines
+
+
+def test_a_worker_gives_the_library_the_runs_threads_and_marks_a_raised_pool(monkeypatch):
+    """``measure.cpu_threads`` wins over the library's default (no pool to spin beside the
+    first timed blocks); a pool raised above one thread is the harness's wide work, which
+    the settle before a timed block waits out."""
+    from expkit.checks import activity
+
+    marked = []
+    monkeypatch.setattr(activity, "wide_work_ended", lambda: marked.append(1))
+    monkeypatch.setattr(blas, "default_threads", lambda environ=None: 4)
+    lib = _Lib()
+    assert blas.worker_scipy_threads(1, path="/x.so", load=lambda p: lib) == 1 and lib.n == 1 and not marked
+    assert blas.worker_scipy_threads(None, path="/x.so", load=lambda p: lib) == 4 and lib.n == 4 and marked == [1]
+    assert blas.worker_scipy_threads(2, path="/x.so", load=lambda p: lib) == 2 and marked == [1, 1]
+
+
+def test_a_forked_worker_on_one_thread_starts_no_blas_pool():
+    """The real library: with ``measure.cpu_threads=1`` a forked worker keeps scipy's
+    OpenBLAS on the calling thread, so no idle BLAS thread is there to spin."""
+    code = ("import os; from expkit.bench import endpoint, blas\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    n = blas.worker_scipy_threads(1)\n"
+            "    print('child', n, blas.scipy_threads(), len(os.listdir('/proc/self/task')), flush=True); os._exit(0)\n"
+            "os.waitpid(pid, 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "child 1 1 1", out.stdout

@@ -8,10 +8,20 @@ from the fork server (``benchmarks/results/h100-2026-11-25/fork_safety_85c803d.t
 counting the pool as harmless hung a forked worker of the CPU suite on a lock. So the
 runner loads scipy with ``OPENBLAS_NUM_THREADS=1`` (:func:`load_scipy_single_threaded`;
 OpenBLAS reads it once, as it loads), and each worker, which inherits that library as
-loaded, gives it back the thread count OpenBLAS would have chosen
-(:func:`restore_scipy_threads`), so code under test that calls scipy's BLAS runs as it
-would outside expkit. numpy's own OpenBLAS, loaded with torch before any of this, is not
-touched.
+loaded, gives it the thread count the run allows (:func:`worker_scipy_threads`):
+``measure.cpu_threads``, as torch's intra-op pool gets, or where that is null the count
+OpenBLAS would have chosen itself (:func:`restore_scipy_threads`), so code under test that
+calls scipy's BLAS runs on the cores the run allows. numpy's own OpenBLAS, loaded with
+torch before any of this, is not touched.
+
+Why not always the library's own count: OpenBLAS starts its pool's threads as the count
+is raised, and they spin before they sleep. A worker's first timed blocks came within
+that spin once its start got faster, and the ``resources`` check saw the harness's own
+idle BLAS thread busy beside an honest candidate: 1.73-1.92 cores over 21-24 ms of
+timed calls, in 3 of 11 runs of the suite test ``test_killed_suite_keeps_finished_runs_and_resume_runs_the_rest``
+on the 2-core CPU machine (gdb: the busy thread was ``blas_thread_server``). Where the
+pool is raised (``cpu_threads`` null, or above one), the worker marks it as the
+harness's own work on every core, so the settle before the first timed block waits it out.
 """
 
 from __future__ import annotations
@@ -92,3 +102,16 @@ def restore_scipy_threads(*, path: Optional[str] = None, load: Callable[[str], A
         return int(lib.scipy_openblas_get_num_threads())
     except Exception:
         return None
+
+
+def worker_scipy_threads(cpu_threads: Optional[int], *, path: Optional[str] = None,
+                         load: Callable[[str], Any] = open_loaded) -> Optional[int]:
+    """In a worker: scipy's OpenBLAS on ``cpu_threads`` (``measure.cpu_threads``), or the
+    library's own count where that is None; the count set, or None (see the module
+    docstring). A pool raised above one thread is marked as the harness's wide work."""
+    from ..checks import activity
+
+    n = restore_scipy_threads(path=path, load=load, threads=cpu_threads)
+    if n is not None and n > 1:
+        activity.wide_work_ended()
+    return n

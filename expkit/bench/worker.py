@@ -17,7 +17,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from ..core.errors import ExpkitError, ManifestError
 from .allocator import steady as steady_allocator
-from .blas import restore_scipy_threads
+from .blas import worker_scipy_threads
 from .channel import HEADER, KEY_LEN, MAGIC, Channel, ChannelError, read_exact
 
 
@@ -104,7 +104,7 @@ def worker_main(req: Any, rep: Any, manifest_path: str, settings: Any, device: s
         conn.close()
     _become_subreaper()
     steady_allocator()
-    restore_scipy_threads()  # the parent loaded scipy's BLAS on one thread (see .blas)
+    worker_scipy_threads(settings.measure.cpu_threads)  # the parent loaded scipy's BLAS on one thread (.blas)
     _release_inherited()
     sys.stdout.flush()
     sys.stderr.flush()
