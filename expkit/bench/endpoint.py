@@ -52,6 +52,7 @@ from ..core.findings import Finding
 from .blas import load_scipy_single_threaded
 from .channel import HEADER, KEY_LEN, MAGIC, WORKER, Channel, ChannelError, RemoteError, write_all
 from .native import mapped_library, open_loaded
+from .side import HARNESS_MODULES
 from .worker import error_reply, worker_main
 
 #: Evidence file names per side (the candidate's keep the names they always had).
@@ -64,9 +65,8 @@ EVIDENCE = {"candidate": ("worker-stdout.txt", "worker-stderr.txt"),
 #: machine's time per worker otherwise, measured for this module); importing them
 #: starts no thread.
 PRELOAD = ["torch", "torch._dynamo", "torch.profiler", "torch._inductor.standalone_compile", "expkit.bench.side",
-           "expkit.bench.serve", "expkit.checks.preflight", "expkit.timing.measure", "expkit.checks.oracles",
-           "expkit.bench.endpoint", "expkit.manifest", "expkit.checks.identity", "expkit.checks.trace",
-           "expkit.checks.recording", "expkit.checks.expectations"]
+           "expkit.bench.serve", "expkit.bench.endpoint", "expkit.manifest",
+           *(f"expkit.{name}" for name in HARNESS_MODULES)]
 _forkserver_ready = False
 
 
