@@ -321,7 +321,7 @@ class Pair:
         # On the CPU one side after the other: each builds its inputs on every host core
         # (preflight.build_inputs), and two OpenMP pools sharing the cores wait on each
         # other's spinning threads (honest-win on the 2-core CPU machine: a prepare took
-        # 45-55 ms side by side against 10-17 ms in turn, benchmarks/results/worker_start/).
+        # 42-66 ms side by side against 12-17 ms in turn, benchmarks/results/worker_start/).
         # On a GPU the inputs are built there, and both sides at once overlap.
         def ask(ep: Any) -> None:
             ep.send("prepare", case=case.name, run_seed=run_seed, salt_seed=secrets.randbits(62),
