@@ -54,19 +54,25 @@ def test_a_library_that_will_not_answer_never_stops_a_worker():
     assert blas.scipy_threads(path="/x.so", load=refuse) is None
 
 
-def test_the_runner_loads_scipy_on_one_thread_and_a_forked_worker_gets_the_default_back():
-    """The real libraries: in a process that imported the bench, scipy's OpenBLAS has one
-    thread and no pool; in a child forked from it (as a worker is), the default again."""
-    code = ("import os; from expkit.bench import endpoint, blas; "
-            "print('parent', blas.scipy_threads(), endpoint.fork_unsafe_reason()); "
+def _fork_lines(parent: str, child: str) -> list:
+    """stdout lines of a fresh interpreter that imports the bench, runs ``parent``, then
+    forks and runs ``child`` (one line of code each) in the child, as a worker starts."""
+    code = (f"import os; from expkit.bench import endpoint, blas; {parent}\n"
             "pid = os.fork()\n"
             "if pid == 0:\n"
-            "    n = blas.restore_scipy_threads(); print('child', n == blas.default_threads(), blas.scipy_threads() == n, "
-            "flush=True); os._exit(0)\n"
+            f"    {child}; os._exit(0)\n"
             "os.waitpid(pid, 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    lines = out.stdout.strip().splitlines()
+    return out.stdout.strip().splitlines()
+
+
+def test_the_runner_loads_scipy_on_one_thread_and_a_forked_worker_gets_the_default_back():
+    """The real libraries: in a process that imported the bench, scipy's OpenBLAS has one
+    thread and no pool; in a child forked from it (as a worker is), the default again."""
+    lines = _fork_lines("print('parent', blas.scipy_threads(), endpoint.fork_unsafe_reason())",
+                        "n = blas.restore_scipy_threads(); print('child', n == blas.default_threads(), "
+                        "blas.scipy_threads() == n, flush=True)")
     assert lines[0] == "parent 1 None" and lines[1] == "child True True", lines
 
 
@@ -88,12 +94,6 @@ def test_a_worker_gives_the_library_the_runs_threads_and_marks_a_raised_pool(mon
 def test_a_forked_worker_on_one_thread_starts_no_blas_pool():
     """The real library: with ``measure.cpu_threads=1`` a forked worker keeps scipy's
     OpenBLAS on the calling thread, so no idle BLAS thread is there to spin."""
-    code = ("import os; from expkit.bench import endpoint, blas\n"
-            "pid = os.fork()\n"
-            "if pid == 0:\n"
-            "    n = blas.worker_scipy_threads(1)\n"
-            "    print('child', n, blas.scipy_threads(), len(os.listdir('/proc/self/task')), flush=True); os._exit(0)\n"
-            "os.waitpid(pid, 0)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "child 1 1 1", out.stdout
+    lines = _fork_lines("", "n = blas.worker_scipy_threads(1); print('child', n, blas.scipy_threads(), "
+                        "len(os.listdir('/proc/self/task')), flush=True)")
+    assert lines[-1] == "child 1 1 1", lines
