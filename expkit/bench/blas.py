@@ -1,4 +1,4 @@
-"""scipy's BLAS threads: one in the runner's process, the library's default in each worker.
+"""scipy's BLAS threads: one in the runner's process, the run's ``measure.cpu_threads`` in each worker.
 
 The runner computes its intervals with ``scipy.stats``, and scipy's OpenBLAS starts a pool
 of idle threads (one per core) as it loads. A process with those threads is not fit to fork

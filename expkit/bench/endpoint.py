@@ -63,7 +63,8 @@ EVIDENCE = {"candidate": ("worker-stdout.txt", "worker-stderr.txt"),
 #: :func:`warm_up_forkserver`). ``torch._dynamo`` and ``torch.profiler`` are here
 #: because the first profiled call of a process imports them (about 1.3 s of a 2-core
 #: machine's time per worker otherwise, measured for this module); importing them
-#: starts no thread.
+#: starts no thread. So is ``side.HARNESS_MODULES``: a worker spent 0.04-0.10 s of its
+#: start importing them itself (``benchmarks/results/worker_start/README.md``).
 PRELOAD = ["torch", "torch._dynamo", "torch.profiler", "torch._inductor.standalone_compile", "expkit.bench.side",
            "expkit.bench.serve", "expkit.bench.endpoint", "expkit.manifest",
            *(f"expkit.{name}" for name in HARNESS_MODULES)]
