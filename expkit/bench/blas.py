@@ -30,6 +30,7 @@ import ctypes
 import os
 from typing import Any, Callable, Optional
 
+from ..checks import activity
 from .native import mapped_library, open_loaded
 
 _ENV = "OPENBLAS_NUM_THREADS"
@@ -109,8 +110,6 @@ def worker_scipy_threads(cpu_threads: Optional[int], *, path: Optional[str] = No
     """In a worker: scipy's OpenBLAS on ``cpu_threads`` (``measure.cpu_threads``), or the
     library's own count where that is None; the count set, or None (see the module
     docstring). A pool raised above one thread is marked as the harness's wide work."""
-    from ..checks import activity
-
     n = restore_scipy_threads(path=path, load=load, threads=cpu_threads)
     if n is not None and n > 1:
         activity.wide_work_ended()
