@@ -10,6 +10,7 @@
 # round, snapshot, defences, exit status, seconds, verdict. Defaults: 3 rounds, the README's
 # example at measure=quick.
 set -uo pipefail
+[ $# -ge 1 ] && [ -d "$1" ] || { echo "usage: bash benchmarks/cli_ab.sh OLD_TREE [ROUNDS] [MANIFEST] [override ...]" >&2; exit 2; }
 OLD=$(cd "$1" && pwd); shift
 ROUNDS=${1:-3}; shift || true
 M=${1:-manifests/examples/cpu/honest-win.yaml}; shift || true
