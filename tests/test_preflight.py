@@ -238,3 +238,21 @@ def test_the_profiled_call_runs_without_the_trials_tensors(tmp_path):
                                identity=True)
     assert not res.invalid, failures(res)
     assert k.SEEN == [1]
+
+
+def test_inputs_build_on_the_threads_asked_and_one_thread_marks_no_wide_work(tmp_path, monkeypatch):
+    """``build_inputs`` runs the factory on every host core unless given ``threads`` (two
+    workers building at once take half each); on one thread no pool woke, so nothing is
+    marked for a timed block's settle to wait out. torch's own count is restored after."""
+    import torch
+
+    lm, _ = setup(tmp_path, "good")
+    seen, marked = [], []
+    monkeypatch.setattr(preflight, "wide_work_ended", lambda: marked.append(1))
+    monkeypatch.setattr(preflight.os, "cpu_count", lambda: 4)
+    factory = lambda params, gen, device: (seen.append(torch.get_num_threads()), torch.zeros(2))[1]  # noqa: E731
+    before = torch.get_num_threads()
+    preflight.build_inputs(factory, {}, 1, "cpu", lm)
+    preflight.build_inputs(factory, {}, 1, "cpu", lm, threads=1)
+    preflight.build_inputs(factory, {}, 1, "cpu", lm, threads=2)
+    assert seen == [4, 1, 2] and marked == [1, 1] and torch.get_num_threads() == before

@@ -318,21 +318,10 @@ class Pair:
     def sides(self, case: Any, run_seed: int) -> "CaseSides":
         """The measurement loop's two sides of ``case`` and the timer between them."""
         mem = self.memory or MemoryPlan(self.settings.measure.input_sets)
-        # On the CPU one side after the other: each builds its inputs on every host core
-        # (preflight.build_inputs), and two OpenMP pools sharing the cores wait on each
-        # other's spinning threads (honest-win on the 2-core CPU machine: a prepare took
-        # 42-66 ms side by side against 12-17 ms in turn, benchmarks/results/worker_start/).
-        # On a GPU the inputs are built there, and both sides at once overlap.
-        def ask(ep: Any) -> None:
+        for ep in (self.b, self.c):  # both at once, each building on half the host cores
             ep.send("prepare", case=case.name, run_seed=run_seed, salt_seed=secrets.randbits(62),
-                    input_sets=mem.input_sets, keep_pristine=mem.keep_pristine)
-
-        ask(self.b)
-        rb = self.b.receive() if self.device == "cpu" else None
-        ask(self.c)
-        if rb is None:
-            rb = self.b.receive()
-        rc = self.c.receive()
+                    input_sets=mem.input_sets, keep_pristine=mem.keep_pristine, share=2)
+        rb, rc = self.b.receive(), self.c.receive()
         sides = CaseSides(self, case.name)
         # The timer's account: the candidate's, unless the baseline's fell back (then a
         # figure the two sides do not share would be compared; the case is judged on the

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import random
 import threading
 from dataclasses import asdict
@@ -160,8 +161,8 @@ class SideBench:
 
         return source_hashes([self.fn, self.factory])
 
-    def inputs(self, params: Mapping[str, Any], seed: int) -> Tuple[Any, ...]:
-        return preflight.build_inputs(self.factory, params, seed, self.device, self.lm)
+    def inputs(self, params: Mapping[str, Any], seed: int, threads: Optional[int] = None) -> Tuple[Any, ...]:
+        return preflight.build_inputs(self.factory, params, seed, self.device, self.lm, threads)
 
     # -- preflight ------------------------------------------------------------------------
     def trial_inputs(self, params: Mapping[str, Any], seed: int, probe: bool = False) -> Dict[str, Any]:
@@ -287,10 +288,14 @@ class SideBench:
 
     # -- measurement ----------------------------------------------------------------------
     def prepare(self, case_name: str, run_seed: int, salt_seed: int, input_sets: int,
-                keep_pristine: bool = True) -> Dict[str, Any]:
+                keep_pristine: bool = True, share: int = 1) -> Dict[str, Any]:
+        """A case's input sets and timer; ``share``: the workers building theirs at once, each
+        on its share of the host cores (an OpenMP pool per worker on every core made the
+        pools wait on each other: ``benchmarks/results/worker_start/README.md``)."""
         case = next(c for c in self.lm.manifest.cases if c.name == case_name)
         self.exporter.release_exports()
-        self.case = CaseState(self, case, run_seed, salt_seed, input_sets, keep_pristine)
+        threads = max(1, (os.cpu_count() or 1) // max(1, share))
+        self.case = CaseState(self, case, run_seed, salt_seed, input_sets, keep_pristine, threads)
         info = getattr(self.case.timer, "info", None)
         return {"method": self.case.timer.method, "info": info.to_dict() if info is not None else None}
 
@@ -384,14 +389,14 @@ class CaseState:
     """One case's timing state inside a side: input sets, timer, recheck slot."""
 
     def __init__(self, bench: SideBench, case: Any, run_seed: int, salt_seed: int, input_sets: int,
-                 keep_pristine: bool) -> None:
+                 keep_pristine: bool, threads: Optional[int] = None) -> None:
         self.bench, self.name = bench, case.name
         device, s = bench.device, bench.settings
         # Both sides time on inputs in the same kind of memory, made by the factory: the
         # candidate's placed in shared memory (to export a kept call's with no copy) made
         # honest KernelBench matmuls on CPU read 0.4-0.8x, three times slower in some
         # processes (benchmarks/results/kernelbench_cpu_l1_shrink64_2026-11-24.md).
-        sets = [bench.inputs(case.params, preflight.derive_seed(run_seed, case.name, "time", k))
+        sets = [bench.inputs(case.params, preflight.derive_seed(run_seed, case.name, "time", k), threads)
                 for k in range(max(1, input_sets))]
         rebuild = lambda seed: bench.inputs(case.params, seed)  # noqa: E731
         mode = s.defences.fresh if bench.defended else "off"

@@ -88,17 +88,18 @@ def make_generator(seed: int, device: str) -> torch.Generator:
     return g
 
 
-def build_inputs(factory: Fn, params: Mapping[str, Any], seed: int, device: str, lm: LoadedManifest) -> Tuple[Any, ...]:
+def build_inputs(factory: Fn, params: Mapping[str, Any], seed: int, device: str, lm: LoadedManifest,
+                 threads: Optional[int] = None) -> Tuple[Any, ...]:
     """Call the manifest's input factory where the inputs are used; its failure is the user's to fix (exit 2).
 
     The factory runs with ``device`` as torch's default device (a factory, or a
     KernelBench ``get_inputs``, that calls ``torch.rand(...)`` without a device builds
     on the GPU directly: 6 GiB takes seconds on the host's CPU and milliseconds there)
-    and with every host core torch has (the timed blocks' ``measure.cpu_threads`` is
-    restored after). A tensor the factory still makes on the host is moved; the seconds
+    and with every host core torch has, or ``threads`` of them (the timed blocks'
+    ``measure.cpu_threads`` is restored after). A tensor the factory still makes on the host is moved; the seconds
     that took are counted in :data:`MOVED`, which the memory plan's evidence reports."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    before, wide = torch.get_num_threads(), threads or max(1, os.cpu_count() or 1)
+    torch.set_num_threads(wide)
     try:
         with (torch.device(device) if device != "cpu" else contextlib.nullcontext()):
             got = factory(dict(params), make_generator(seed, device), device)
@@ -107,8 +108,9 @@ def build_inputs(factory: Fn, params: Mapping[str, Any], seed: int, device: str,
                             f"{type(e).__name__}: {e} for params {dict(params)}",
                             "make the factory accept (params: dict, generator, device) and return a tuple") from None
     finally:
-        torch.set_num_threads(threads)
-        wide_work_ended()
+        torch.set_num_threads(before)
+        if wide > 1:  # on one thread no pool woke: nothing for a timed block to wait out
+            wide_work_ended()
     got = tuple(got) if isinstance(got, (tuple, list)) else (got,)
     if device == "cpu":
         return got
