@@ -48,6 +48,7 @@
 #              OVERHEAD_ROUNDS rounds (2) of one run each way; where .device-src-old is carried, each
 #              round runs the old snapshot's script too, alternating (overhead-{new,old}-ROUND.{md,json})
 #   requests:LIST  benchmarks/request_times.py on the manifests LIST (comma-separated paths), measure=quick
+#   floor      benchmarks/channel_floor.py: a bare pipe's and expkit's channel's round trip (floor.txt)
 #   fidelity   benchmarks/timing_fidelity.py --quick
 #   fidelity-full  benchmarks/timing_fidelity.py
 set -uo pipefail
@@ -240,6 +241,9 @@ PY
         step_limit 150 python3 benchmarks/request_times.py "$m" "$B/requests-$n" measure=quick > "$B/requests-$n.txt" 2>&1
         echo "requests $n exit $?" | tee -a "$B/steps.log"; tail -25 "$B/requests-$n.txt"
       done ;;
+    floor)
+      step_limit 120 python3 benchmarks/channel_floor.py --rounds 3000 > "$B/floor.txt" 2>&1
+      echo "floor exit $?" | tee -a "$B/steps.log"; cat "$B/floor.txt" ;;
     fidelity)
       step_limit 240 python3 benchmarks/timing_fidelity.py --quick --out "$B/fidelity-quick" 2>&1 | tail -40 ;;
     fidelity-full)

@@ -28,6 +28,12 @@ def threads_now() -> Activity:
     return Activity({t.ident or 0: t.name for t in threading.enumerate()}, frozenset())
 
 
+def opening(defended: bool) -> Any:
+    """(live threads, child pids) at the start of a request's first block, which its last
+    block's checks compare against; None undefended."""
+    return (threads_now(), child_pids()) if defended else None
+
+
 def after_block(side: Any, cs: Any, before: Activity, children: Any) -> List[Finding]:
     """What one block of ``side`` (a ``SideBench``) left behind: threads, child processes,
     and the tamper and global-state checks. ``before`` and ``children``: the live threads

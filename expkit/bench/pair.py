@@ -393,8 +393,8 @@ class CaseSides:
         self._ep(side).request("call")
 
     def _run_blocks(self, requests: Sequence[Tuple[str, int, Optional[int]]]) -> Dict[str, Any]:
-        """Each block from its side's worker, in order; the batch's transport latency from
-        the workers' stamps.
+        """Each block from its side's worker, in order (a side's consecutive blocks in one
+        request: :func:`runs_by_side`); the batch's transport latency from the workers' stamps.
 
         A worker stamps its block's start and end on the harness's clock, which is the
         system's monotonic clock (``time.perf_counter``) and so the parent's too. For an
@@ -406,26 +406,28 @@ class CaseSides:
         blocks = []
         wall = latency = 0.0
         last_only = self.pair.memory is not None and not self.pair.memory.keep_pristine
-        for side, number, keep in requests:
-            if keep is not None and last_only:
-                keep = LAST_CALL  # no pristine copy: only the last call's inputs stay as they were
+        for side, group in runs_by_side(requests, LAST_CALL if last_only else None):
             sent = CLOCK()
-            rep = self._ep(side).request("block", number=int(number), recheck=keep)
+            if len(group) == 1:
+                reps = [self._ep(side).request("block", number=group[0][0], recheck=group[0][1])]
+            else:
+                reps = self._ep(side).request("block", items=group)["blocks"]
             got = CLOCK()
-            t0, t1 = rep.get("t0"), rep.get("t1")
-            if t0 is not None and t1 is not None and sent <= t0 <= t1 <= got:
-                latency += (t0 - sent) + (got - t1)
-            kept = rep.pop("kept", None)
-            if kept is not None:
-                t0 = CLOCK()
-                got = self.pair.b.request("recheck", case=self.case, kept=kept)
-                self.pair.c.request("release")
-                spent = CLOCK() - t0
-                rep["findings"] = list(rep.get("findings", ())) + list(got["findings"])
-                rep["recheck"] = spent
-                rep["wall"] = rep["wall"] + spent
-            blocks.append(rep)
-            wall += rep["wall"]
+            stamps = [sent] + [t for r in reps for t in (r.get("t0"), r.get("t1"))] + [got]
+            if None not in stamps and stamps == sorted(stamps):  # each block's inside the window, in order
+                latency += (stamps[1] - sent) + (got - stamps[-2])
+            for rep in reps:
+                kept = rep.pop("kept", None)
+                if kept is not None:
+                    t0 = CLOCK()
+                    got = self.pair.b.request("recheck", case=self.case, kept=kept)
+                    self.pair.c.request("release")
+                    spent = CLOCK() - t0
+                    rep["findings"] = list(rep.get("findings", ())) + list(got["findings"])
+                    rep["recheck"] = spent
+                    rep["wall"] = rep["wall"] + spent
+                blocks.append(rep)
+                wall += rep["wall"]
         return {"blocks": blocks, "wall": wall, "latency": latency}
 
     def finish(self, trim: bool = True) -> List[Finding]:
@@ -445,6 +447,24 @@ class CaseSides:
         d = self.pair.settings.defences
         self.pair.evidence.setdefault("envelope", {})[self.case] = envelope_counts(self.timer.accounts, d)
         return self.timer.findings + envelope_findings(self.case, self.timer.accounts, d) + done
+
+
+def runs_by_side(requests: Sequence[Tuple[str, int, Optional[int]]], keep_as: Optional[int]
+          ) -> List[Tuple[str, List[Tuple[int, Optional[int]]]]]:
+    """The loop's blocks in order, consecutive blocks of one side as one request: (side,
+    [(number, recheck), ...]). A block that keeps a call for the recheck ends its request
+    (the recheck runs before the next block); ``keep_as`` replaces its index (LAST_CALL
+    where the memory plan has no room for a pristine copy)."""
+    out: List[Tuple[str, List[Tuple[int, Optional[int]]]]] = []
+    cut = True
+    for side, number, keep in requests:
+        if keep is not None and keep_as is not None:
+            keep = keep_as
+        if cut or out[-1][0] != side:
+            out.append((side, []))
+        out[-1][1].append((int(number), keep))
+        cut = keep is not None
+    return out
 
 
 def busiest(before: Optional[Mapping[str, Any]], now: Mapping[str, Any]) -> Dict[str, Any]:

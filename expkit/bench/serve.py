@@ -14,6 +14,7 @@ from dataclasses import asdict
 from typing import Any, Callable, Dict, Mapping, Optional
 
 from . import allocator
+from .block_checks import opening
 from .judge import Judge
 from .ledger import Ledger
 from .side import BASELINE, SideBench
@@ -52,7 +53,7 @@ class Server:
                                                    int(m.get("share", 1))),
             "warm_up": lambda m: self.side.warm_up(float(m["seconds"])) or {},
             "call": lambda m: self.side.call() or {},
-            "block": lambda m: self.side.block(int(m["number"]), m.get("recheck")),
+            "block": self._block,
             "recheck": self._recheck,
             "finish_case": self._finish_case,
             "model_oracles": self._model_oracles,
@@ -76,6 +77,15 @@ class Server:
             self.ledger.stop(str(op))
 
     # -- requests with more to them ---------------------------------------------------------
+    def _block(self, m: Mapping[str, Any]) -> Dict[str, Any]:
+        """One timed block, or with ``items`` ([number, recheck] each) several of this side's
+        in a row: one round trip, and the checks after the calls once, after the last."""
+        items = m.get("items")
+        if items is None:
+            return self.side.block(int(m["number"]), m.get("recheck"))
+        opened, last = opening(self.side.defended), len(items) - 1
+        return {"blocks": [self.side.block(int(n), r, opened=opened, last=i == last) for i, (n, r) in enumerate(items)]}
+
     def _hello(self, m: Mapping[str, Any]) -> Dict[str, Any]:
         from .environment import gpu_info
 

@@ -42,7 +42,7 @@ from ..checks.activity import THREADS, ResourceAccount, activity, child_pids, ne
 from ..checks.global_state import GLOBAL_STATE, snapshot_state, state_changes
 from ..core.findings import WARNING, Finding
 from ..manifest.settings import Settings
-from .block_checks import after_block, threads_now
+from .block_checks import after_block, opening
 from .clock import CLOCK
 from .fallback import ExceptionWitness, candidate_files
 from .fresh import FreshInputs
@@ -309,8 +309,10 @@ class SideBench:
         self.case.before()
         self.case.call()
 
-    def block(self, number: int, recheck: Optional[int] = None) -> Dict[str, Any]:
-        """Time ``number`` calls and check them; plain data for the parent.
+    def block(self, number: int, recheck: Optional[int] = None, *, opened: Any = False,
+              last: bool = True) -> Dict[str, Any]:
+        """Time ``number`` calls and check them; plain data for the parent. Blocks of one
+        request share ``opened`` (:func:`.block_checks.opening`), checked after the ``last``.
 
         The reply accounts for the worker's wall time in parts, each on the harness's
         clock: ``timed`` (the calls), ``untimed`` (fresh inputs and per-call checks
@@ -322,8 +324,7 @@ class SideBench:
         cs = self.case
         assert cs is not None
         w0 = CLOCK()
-        before = threads_now() if self.defended else None
-        children = child_pids() if self.defended else frozenset()
+        before, children = (opening(self.defended) if opened is False else opened) or (None, frozenset())
         cs.begin(recheck)
         if cs.account is not None:
             settle(cs.account.reader)  # the harness's own OpenMP pool, still spinning, is not the side's
@@ -337,7 +338,7 @@ class SideBench:
         if untimed is None:  # the GPU timer: host and device overlap, so the rest of the span is untimed
             untimed = max(0.0, (s1 - s0) - timed)
         found: List[Finding] = [used] if used is not None else []
-        if before is not None:  # threads, child processes, tamper (.block_checks)
+        if before is not None and last:  # threads, child processes, tamper (.block_checks)
             found += after_block(self, cs, before, children)
         kept = None
         if cs.kept is not None:
