@@ -33,20 +33,21 @@ from typing import Any, Callable, Dict, List
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "manifests/examples/cpu/honest-win.yaml"
 
-#: (label, owner, attribute): what is wrapped. ``owner`` is a module or class of
-#: ``expkit.bench.side``'s namespace, where ``block`` looks the names up.
+#: (label, owner, attribute): what is wrapped. ``owner``: a class of ``expkit.bench.side``,
+#: or ``side`` / ``block_checks``, the module whose namespace the caller looks the name up in.
 WRAPPED = [
     ("block (whole request)", "SideBench", "block"),
     ("tamper_findings", "SideBench", "tamper_findings"),
     ("  function snapshot (hot)", "FunctionSnapshot", "changed"),
-    ("  state snapshot", "module", "snapshot_state"),
-    ("  state comparison", "module", "state_changes"),
-    ("settle", "module", "settle"),
+    ("  state snapshot", "side", "snapshot_state"),
+    ("  state comparison", "side", "state_changes"),
+    ("settle", "side", "settle"),
     ("CPU-time account: begin", "ResourceAccount", "begin"),
     ("CPU-time account: end", "ResourceAccount", "end"),
-    ("child processes", "module", "child_pids"),
-    ("new threads", "module", "new_activity"),
-    ("parked threads", "module", "parked_new_threads"),
+    ("live threads", "block_checks", "threads_now"),
+    ("child processes", "block_checks", "child_pids"),
+    ("new threads", "block_checks", "new_activity"),
+    ("parked threads", "block_checks", "parked_new_threads"),
 ]
 
 
@@ -91,7 +92,7 @@ def main(argv: List[str]) -> int:
     args = argv[:argv.index("--")] if "--" in argv else argv
     manifest = Path(args[0]) if args else DEFAULT
     sys.path.insert(0, str(ROOT))
-    from expkit.bench import side as S
+    from expkit.bench import block_checks as BC, side as S
     from expkit.runner import run_manifest
 
     dump = Path(tempfile.mkdtemp(prefix="block-checks-"))
@@ -99,7 +100,7 @@ def main(argv: List[str]) -> int:
     cnt: collections.Counter = collections.Counter()
     originals = []
     for label, owner, attr in WRAPPED:
-        target = S if owner == "module" else getattr(S, owner)
+        target = {"side": S, "block_checks": BC}.get(owner) or getattr(S, owner)
         originals.append((target, attr, getattr(target, attr)))
         _wrap(target, attr, label, acc, cnt)
     close: Callable[..., Any] = S.SideBench.close
@@ -121,8 +122,8 @@ def main(argv: List[str]) -> int:
     def timed_request(self: Any, op: str, **payload: Any) -> Any:
         t0 = time.perf_counter()
         rep = request(self, op, **payload)
-        if op == "block":
-            beyond.append(time.perf_counter() - t0 - rep["wall"])
+        if op == "block":  # one block, or a side's consecutive blocks (``blocks``)
+            beyond.append(time.perf_counter() - t0 - sum(b["wall"] for b in rep.get("blocks", [rep])))
         return rep
 
     def timed_open(*a: Any, **k: Any) -> Any:
@@ -172,7 +173,8 @@ def main(argv: List[str]) -> int:
         import statistics
 
         print(f"\nIn the parent: each block request waited {statistics.median(beyond) * 1e6:.0f} us (median; "
-              f"{sum(beyond):.3f} s over {len(beyond)} blocks) beyond the worker's own wall time for it. "
+              f"{sum(beyond):.3f} s over {len(beyond)} requests) beyond the workers' own wall time for its "
+              "blocks. "
               f"Pairs of workers: {len(pairs['open'])} opened for later processes, "
               f"{sum(pairs['open']):.3f} s ({', '.join(f'{x:.3f}' for x in pairs['open'])}); "
               f"{len(pairs['close'])} closed, {sum(pairs['close']):.3f} s.")
