@@ -100,7 +100,7 @@ def run_manifest(
     device = m.device
     stages = Stages(t_start)
     if settings.defences.enabled and settings.defences.isolate:  # workers to start: get them ready
-        warm_up_forkserver(settings.defences.start_method)
+        warm_up_forkserver(settings.defences.start_method, device)
     stages.mark("load")
     pair = open_pair(lm, settings, device)
     stages.mark("start")

@@ -117,14 +117,14 @@ def test_a_preload_that_makes_forking_unsafe_starts_the_fork_server(monkeypatch)
     assert imported == list(endpoint.PRELOAD) and started == [True]
 
 
-@pytest.mark.parametrize("isolate, warmed", [("false", []), ("true", ["auto"])])
+@pytest.mark.parametrize("isolate, warmed", [("false", []), ("true", [("auto", "cpu")])])
 def test_the_worker_start_is_warmed_only_where_workers_start(tmp_path, monkeypatch, isolate, warmed):
     """The preload (about a second) is for forked workers; a run with its sides in one
-    process starts none."""
+    process starts none. The run's device picks the preload (``preload.preload_for``)."""
     from expkit import runner
 
     calls = []
-    monkeypatch.setattr(runner, "warm_up_forkserver", calls.append)
+    monkeypatch.setattr(runner, "warm_up_forkserver", lambda *a: calls.append(a))
 
     def stop(*a, **k):
         raise RuntimeError("stop after the start")

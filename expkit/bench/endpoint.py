@@ -52,22 +52,13 @@ from ..core.findings import Finding
 from .blas import load_scipy_single_threaded
 from .channel import HEADER, KEY_LEN, MAGIC, WORKER, Channel, ChannelError, RemoteError, write_all
 from .native import mapped_library, open_loaded
-from .side import HARNESS_MODULES
+from .preload import PRELOAD, preload_for
 from .worker import error_reply, worker_main
 
 #: Evidence file names per side (the candidate's keep the names they always had).
 EVIDENCE = {"candidate": ("worker-stdout.txt", "worker-stderr.txt"),
             "baseline": ("baseline-stdout.txt", "baseline-stderr.txt")}
 
-#: Imported once by the fork server (or by the parent, where workers fork from it:
-#: :func:`warm_up_forkserver`). ``torch._dynamo`` and ``torch.profiler`` are here
-#: because the first profiled call of a process imports them (about 1.3 s of a 2-core
-#: machine's time per worker otherwise, measured for this module); importing them
-#: starts no thread. So is ``side.HARNESS_MODULES``: a worker spent 0.04-0.10 s of its
-#: start importing them itself (``benchmarks/results/worker_start/README.md``).
-PRELOAD = ["torch", "torch._dynamo", "torch.profiler", "torch._inductor.standalone_compile", "expkit.bench.side",
-           "expkit.bench.serve", "expkit.bench.endpoint", "expkit.manifest",
-           *(f"expkit.{name}" for name in HARNESS_MODULES)]
 _forkserver_ready = False
 
 
@@ -214,7 +205,7 @@ def _context(method: str, device: str = "cpu") -> Any:
     if method == "forkserver" and "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")
         if not _forkserver_ready:
-            ctx.set_forkserver_preload(PRELOAD)
+            ctx.set_forkserver_preload(preload_for(device))
             _forkserver_ready = True
         return ctx
     if method not in ("forkserver", "spawn"):
@@ -222,7 +213,7 @@ def _context(method: str, device: str = "cpu") -> Any:
     return multiprocessing.get_context("spawn")
 
 
-def warm_up_forkserver(method: str) -> None:
+def warm_up_forkserver(method: str, device: str = "cpu") -> None:
     """Start the fork server now (it imports torch: seconds), so that the workers started
     later fork from it at once. Where a plain fork will do (``auto`` in a fresh process,
     or ``fork``), import :data:`PRELOAD` here instead, so that every forked worker
@@ -232,13 +223,13 @@ def warm_up_forkserver(method: str) -> None:
     the process stays safe to fork; where an import made it unsafe after all (a library
     that loads the CUDA driver as it imports, say), the fork server starts here instead."""
     if method == "fork" or (method == "auto" and fork_is_safe()):
-        for name in PRELOAD:
+        for name in preload_for(device):
             importlib.import_module(name)
         if method == "fork" or fork_is_safe():
             return
     if method not in ("forkserver", "auto") or "forkserver" not in multiprocessing.get_all_start_methods():
         return
-    _context(method)
+    _context(method, device)
     from multiprocessing import forkserver
 
     try:

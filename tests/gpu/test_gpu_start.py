@@ -54,3 +54,15 @@ def test_an_api_run_from_a_script_that_imported_the_bench_first_forks_its_worker
     got = json.loads(_python(code, str(ROOT / "manifests/examples/gpu/honest.yaml"), str(tmp_path / "api"),
                              timeout=300))
     assert got == ["fork", ["fork"]], got
+
+
+def test_a_gpu_runs_preload_imports_cupti_and_caches_tritons_key_without_initialising_cuda():
+    """Each GPU worker paid 0.19-0.21 s importing cupti-python and each Triton candidate's
+    0.40 s hashing Triton's installation (benchmarks/results/gpu_preload/); the process the
+    workers fork from now does both once, and stays fit to fork from."""
+    code = ("import sys; from expkit.bench import endpoint as e; e.warm_up_forkserver('auto', 'cuda'); "
+            "import torch; from triton.runtime.cache import triton_key; "
+            "from expkit.bench.gpu_preload import WARMED; "
+            "print('cupti.cupti' in sys.modules, triton_key.cache_info().currsize, torch.cuda.is_initialized(), "
+            "e._cuda_initialised(), e.fork_is_safe(), sorted(k for k, v in WARMED.items() if isinstance(v, float)))")
+    assert _python(code) == "True 1 False False True ['cupti', 'triton_key']"
