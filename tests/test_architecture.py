@@ -103,10 +103,10 @@ def test_module_paths_written_as_strings_import():
     """The fork servers' preload lists and the modules the bench imports before its
     snapshot name modules by string; a name left behind by a move would fail silently."""
     from expkit.bench.side import HARNESS_MODULES
-    from expkit.bench.endpoint import PRELOAD as BENCH_PRELOAD
+    from expkit.bench.preload import GPU_PRELOAD, PRELOAD as BENCH_PRELOAD
     from expkit.suites.worker import PRELOAD as SUITE_PRELOAD
 
-    names = [f"expkit.{m}" for m in HARNESS_MODULES] + [m for m in (*BENCH_PRELOAD, *SUITE_PRELOAD)
+    names = [f"expkit.{m}" for m in HARNESS_MODULES] + [m for m in (*BENCH_PRELOAD, *GPU_PRELOAD, *SUITE_PRELOAD)
                                                          if m.startswith("expkit")]
     missing = []
     for m in names:

@@ -51,7 +51,8 @@ def test_a_forked_worker_inherits_the_cached_key_and_the_imported_module(tmp_pat
             "pid = os.fork()\n"
             "if pid == 0:\n"
             "    cache.triton_key(); i = cache.triton_key.cache_info()\n"
-            "    print(sorted(g.WARMED), 'cupti.cupti' in sys.modules, i.hits, i.misses, len(cache.CALLS), flush=True)\n"
+            "    print(sorted(g.WARMED), 'cupti.cupti' in sys.modules, i.hits, i.misses, len(cache.CALLS),"
+            " flush=True)\n"
             "    os._exit(0)\n"
             "os.waitpid(pid, 0)")
     assert _run(code, tmp_path) == "['cupti', 'triton_key'] True 1 1 1"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from expkit.bench import endpoint
+from expkit.bench import endpoint, preload
 
 
 def _last_line_of_a_fresh_process(code: str) -> str:
@@ -95,10 +95,11 @@ def test_a_parent_that_forks_its_workers_imports_the_preload_first():
     """Workers forked from a fresh parent inherit what it imported: without the preload
     each of honest-win's ten workers spent 0.83-0.94 s of its first call importing
     torch._dynamo and its dependencies (benchmarks/results/fork_preload_cpu.md)."""
-    code = ("import sys; from expkit.bench import endpoint as e; assert e.fork_is_safe(); "
-            "missing = [m for m in e.PRELOAD if m not in sys.modules]; assert 'torch._dynamo' in missing; "
+    code = ("import sys; from expkit.bench import endpoint as e; from expkit.bench.preload import PRELOAD; "
+            "assert e.fork_is_safe(); "
+            "missing = [m for m in PRELOAD if m not in sys.modules]; assert 'torch._dynamo' in missing; "
             "e.warm_up_forkserver('auto'); "
-            "print([m for m in e.PRELOAD if m not in sys.modules], e.fork_is_safe())")
+            "print([m for m in PRELOAD if m not in sys.modules], e.fork_is_safe())")
     assert _last_line_of_a_fresh_process(code) == "[] True"
 
 
@@ -114,7 +115,7 @@ def test_a_preload_that_makes_forking_unsafe_starts_the_fork_server(monkeypatch)
     monkeypatch.setattr(endpoint, "_context", lambda method, device="cpu": None)
     monkeypatch.setattr(fs, "ensure_running", lambda: started.append(True))
     endpoint.warm_up_forkserver("auto")
-    assert imported == list(endpoint.PRELOAD) and started == [True]
+    assert imported == list(preload.PRELOAD) and started == [True]
 
 
 @pytest.mark.parametrize("isolate, warmed", [("false", []), ("true", [("auto", "cpu")])])

@@ -52,7 +52,7 @@ from ..core.findings import Finding
 from .blas import load_scipy_single_threaded
 from .channel import HEADER, KEY_LEN, MAGIC, WORKER, Channel, ChannelError, RemoteError, write_all
 from .native import mapped_library, open_loaded
-from .preload import PRELOAD, preload_for
+from .preload import preload_for
 from .worker import error_reply, worker_main
 
 #: Evidence file names per side (the candidate's keep the names they always had).
@@ -216,7 +216,7 @@ def _context(method: str, device: str = "cpu") -> Any:
 def warm_up_forkserver(method: str, device: str = "cpu") -> None:
     """Start the fork server now (it imports torch: seconds), so that the workers started
     later fork from it at once. Where a plain fork will do (``auto`` in a fresh process,
-    or ``fork``), import :data:`PRELOAD` here instead, so that every forked worker
+    or ``fork``), import :data:`.preload.PRELOAD` here instead, so that every forked worker
     inherits it: each of honest-win's ten workers (five processes a side) otherwise
     spent 0.83-0.94 s of its first call importing ``torch._dynamo`` and what it pulls in
     (822 modules) on this project's 2-core machine. Importing them starts no thread, so

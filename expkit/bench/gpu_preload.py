@@ -7,7 +7,7 @@ each worker's first ``prepare`` spent 0.19-0.21 s importing cupti-python (its
 first Triton launch about 0.40 s in ``triton_key()``, which hashes Triton's own
 installation once a process. Five processes a side at ``quick`` paid that ten and five
 times over. Imported by the process the workers fork from (the fork server, or the
-parent: :data:`.endpoint.PRELOAD` for ``device: cuda``), this module does both there once,
+parent: :func:`.preload.preload_for` ``cuda``), this module does both there once,
 and every worker inherits the imported module and Triton's cached key. Neither touches a
 GPU: no CUDA context is created, so the process stays fit to fork from. Where a library is
 missing, or its version lacks the cached function, it is skipped (:data:`WARMED` says why).

@@ -449,8 +449,8 @@ class CaseSides:
         return self.timer.findings + envelope_findings(self.case, self.timer.accounts, d) + done
 
 
-def runs_by_side(requests: Sequence[Tuple[str, int, Optional[int]]], keep_as: Optional[int]
-          ) -> List[Tuple[str, List[Tuple[int, Optional[int]]]]]:
+def runs_by_side(requests: Sequence[Tuple[str, int, Optional[int]]],
+                 keep_as: Optional[int]) -> List[Tuple[str, List[Tuple[int, Optional[int]]]]]:
     """The loop's blocks in order, consecutive blocks of one side as one request: (side,
     [(number, recheck), ...]). A block that keeps a call for the recheck ends its request
     (the recheck runs before the next block); ``keep_as`` replaces its index (LAST_CALL

@@ -84,7 +84,8 @@ class Server:
         if items is None:
             return self.side.block(int(m["number"]), m.get("recheck"))
         opened, last = opening(self.side.defended), len(items) - 1
-        return {"blocks": [self.side.block(int(n), r, opened=opened, last=i == last) for i, (n, r) in enumerate(items)]}
+        return {"blocks": [self.side.block(int(n), r, opened=opened, last=i == last)
+                           for i, (n, r) in enumerate(items)]}
 
     def _hello(self, m: Mapping[str, Any]) -> Dict[str, Any]:
         from .environment import gpu_info
