@@ -256,3 +256,19 @@ def test_inputs_build_on_the_threads_asked_and_one_thread_marks_no_wide_work(tmp
     preflight.build_inputs(factory, {}, 1, "cpu", lm, threads=1)
     preflight.build_inputs(factory, {}, 1, "cpu", lm, threads=2)
     assert seen == [4, 1, 2] and marked == [1, 1] and torch.get_num_threads() == before
+
+
+def test_a_call_drains_the_gpu_only_where_this_process_uses_cuda(monkeypatch):
+    """On a GPU host a CPU run's workers created a CUDA context to drain a device they never
+    used, and asked the driver ``is_available()`` each call (10 ms a call on an H200 host)."""
+    import torch
+
+    synced, asked = [], []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: synced.append(1))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: asked.append(1) or True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert preflight.call_synced(lambda x: x + 1, (1,)) == 2
+    assert synced == [] and asked == []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # the code under test used the GPU
+    assert preflight.call_synced(lambda x: x + 1, (1,)) == 2
+    assert synced == [1] and asked == []

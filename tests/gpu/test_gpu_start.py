@@ -66,3 +66,12 @@ def test_a_gpu_runs_preload_imports_cupti_and_caches_tritons_key_without_initial
             "print('cupti.cupti' in sys.modules, triton_key.cache_info().currsize, torch.cuda.is_initialized(), "
             "e._cuda_initialised(), e.fork_is_safe(), sorted(k for k, v in WARMED.items() if isinstance(v, float)))")
     assert _python(code) == "True 1 False False True ['cupti', 'triton_key']"
+
+
+def test_a_cpu_calls_drain_leaves_cuda_uninitialised_on_a_gpu_host():
+    """A CPU run's workers on a GPU host used to create a CUDA context to drain a device they
+    never used (benchmarks/results/h200-2026-11-25d/requests-16core/)."""
+    code = ("import torch; from expkit.checks import preflight; "
+            "out = preflight.call_synced(lambda a: a @ a, (torch.ones(64, 64),)); "
+            "print(float(out[0, 0]), torch.cuda.is_available(), torch.cuda.is_initialized())")
+    assert _python(code) == "64.0 True False"
