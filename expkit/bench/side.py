@@ -309,7 +309,7 @@ class SideBench:
         self.case.before()
         self.case.call()
 
-    def block(self, number: int, recheck: Optional[int] = None, *, opened: Any = False,
+    def block(self, number: int, recheck: Optional[int] = None, *, opened: Any = None,
               last: bool = True) -> Dict[str, Any]:
         """Time ``number`` calls and check them; plain data for the parent. Blocks of one
         request share ``opened`` (:func:`.block_checks.opening`), checked after the ``last``.
@@ -324,7 +324,7 @@ class SideBench:
         cs = self.case
         assert cs is not None
         w0 = CLOCK()
-        before, children = (opening(self.defended) if opened is False else opened) or (None, frozenset())
+        before, children = opened or opening(self.defended) or (None, frozenset())
         cs.begin(recheck)
         if cs.account is not None:
             settle(cs.account.reader)  # the harness's own OpenMP pool, still spinning, is not the side's
