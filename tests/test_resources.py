@@ -334,7 +334,7 @@ def test_a_single_threaded_block_right_after_the_harness_used_every_core_is_not_
 
 
 def test_a_sides_account_over_its_processes_keeps_the_busiest_span_and_any_flag():
-    from expkit.bench.pair import busiest
+    from expkit.checks.activity import busiest
 
     quiet = {"peak_cores": 1.0, "limit": 1.5, "flagged": False}
     busy = {"peak_cores": 2.2, "limit": 1.5, "flagged": True}

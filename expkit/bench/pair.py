@@ -34,11 +34,13 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..checks import expectations, preflight
+from ..checks.activity import busiest
 from ..checks.identity import kernel_row, target_findings
 from ..checks.preflight import CaseRun, IdentitySummary, PreflightResult
 from ..core.errors import ExpkitError
 from ..core.findings import Finding, finding_from
 from ..manifest.settings import Settings
+from . import cores
 from .channel import ChannelError
 from .clock import CLOCK
 from .endpoint import LocalEndpoint, WorkerEndpoint
@@ -318,11 +320,14 @@ class Pair:
     def sides(self, case: Any, run_seed: int) -> "CaseSides":
         """The measurement loop's two sides of ``case`` and the timer between them."""
         mem = self.memory or MemoryPlan(self.settings.measure.input_sets)
+        pinned = self.isolated and self.device == "cpu" and self.settings.defences.pin_cores
+        share = cores.share_for(self.settings.measure.cpu_threads) if pinned else None
         for ep in (self.b, self.c):  # both at once, each building on half the host cores
             ep.send("prepare", case=case.name, run_seed=run_seed, salt_seed=secrets.randbits(62),
-                    input_sets=mem.input_sets, keep_pristine=mem.keep_pristine, share=2)
+                    input_sets=mem.input_sets, keep_pristine=mem.keep_pristine, share=2,
+                    cores=sorted(share) if share else None)
         rb, rc = self.b.receive(), self.c.receive()
-        sides = CaseSides(self, case.name)
+        sides = CaseSides(self, case.name, share)
         # The timer's account: the candidate's, unless the baseline's fell back (then a
         # figure the two sides do not share would be compared; the case is judged on the
         # figure both have, timing.figures.judged).
@@ -374,8 +379,8 @@ class CaseSides:
     call's output and inputs exported, which the baseline's worker re-checks before
     the next block starts."""
 
-    def __init__(self, pair: Pair, case: str) -> None:
-        self.pair, self.case = pair, case
+    def __init__(self, pair: Pair, case: str, share: Optional[cores.Cores] = None) -> None:
+        self.pair, self.case, self.share = pair, case, share
         d = pair.settings.defences
         self.timer = SessionTimer(self._run_blocks, d, envelope=pair.isolated,
                                   policy=RecheckPolicy(d, processes=pair.settings.measure.processes)
@@ -403,6 +408,13 @@ class CaseSides:
         milliseconds a request), which no worker accounts for. Stamps outside the window
         mean the worker's clock is not the parent's: that block's latency counts as
         unexplained, and the envelope check sees it."""
+        wide = cores.pin(self.share)  # the workers' cores while they relay (bench/cores.py)
+        try:
+            return self._relay(requests)
+        finally:
+            cores.unpin(wide)
+
+    def _relay(self, requests: Sequence[Tuple[str, int, Optional[int]]]) -> Dict[str, Any]:
         blocks = []
         wall = latency = 0.0
         last_only = self.pair.memory is not None and not self.pair.memory.keep_pristine
@@ -465,18 +477,6 @@ def runs_by_side(requests: Sequence[Tuple[str, int, Optional[int]]],
         out[-1][1].append((int(number), keep))
         cut = keep is not None
     return out
-
-
-def busiest(before: Optional[Mapping[str, Any]], now: Mapping[str, Any]) -> Dict[str, Any]:
-    """One side's CPU account over a case's processes (each replicate's pair reports its
-    own): the busiest judged span of any, flagged if any was, and how many reported."""
-    if before is None:
-        return {**now, "processes": int(now.get("processes", 1))}
-    key = lambda r: -1.0 if r.get("peak_cores") is None else r["peak_cores"]  # noqa: E731
-    top = dict(now if key(now) > key(before) else before)
-    top.update(flagged=bool(before.get("flagged") or now.get("flagged")),
-               processes=int(before.get("processes", 1)) + int(now.get("processes", 1)))
-    return top
 
 
 class _NoRecheck(RecheckPolicy):

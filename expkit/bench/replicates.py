@@ -10,13 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..checks.activity import busiest
 from ..core.findings import Finding
 from ..manifest.settings import Settings
 from ..manifest.spec import LoadedManifest
 from ..timing import measure
 from .endpoint import fork_unsafe_reason
 from .memory import GiB, HEADROOM
-from .pair import Pair, busiest, open_pair
+from .pair import Pair, open_pair
 
 #: Device memory a pair's two workers need to start: until they open (``prepare``), each holds
 #: its CUDA context alone. NVML counted 1108-1172 MiB a process on an H100 once a small

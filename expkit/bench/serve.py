@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 from . import allocator
 from .block_checks import opening
+from .cores import Relay
 from .judge import Judge
 from .ledger import Ledger
 from .side import BASELINE, SideBench
@@ -32,6 +33,8 @@ class Server:
         #: What each request cost this side (:mod:`.ledger`), sent with the worker's goodbye.
         self.ledger = Ledger(side.device)
         self.judge: Optional[Judge] = Judge(side) if side.role == BASELINE else None
+        #: The cores this worker waits on between a case's requests (``defences.pin_cores``).
+        self.relay = Relay()
         self._ops: Dict[str, Callable[[Mapping[str, Any]], Dict[str, Any]]] = {
             "hello": self._hello, "ping": lambda m: {}, "probe": self._probe, "configure": self._configure,
             "trial_inputs": lambda m: self.side.trial_inputs(m["params"], int(m["seed"]), bool(m.get("probe"))),
@@ -48,9 +51,7 @@ class Server:
             "end_trials": self._end_trials,
             "finish_preflight": self._finish_preflight,
             "watch": lambda m: self.side.watch(list(m["names"])),
-            "prepare": lambda m: self.side.prepare(m["case"], int(m["run_seed"]), int(m["salt_seed"]),
-                                                   int(m["input_sets"]), bool(m.get("keep_pristine", True)),
-                                                   int(m.get("share", 1))),
+            "prepare": self._prepare,
             "warm_up": lambda m: self.side.warm_up(float(m["seconds"])) or {},
             "call": lambda m: self.side.call() or {},
             "block": self._block,
@@ -71,12 +72,20 @@ class Server:
         if fn is None:
             raise UnknownRequest(f"unknown request {op!r}")
         self.ledger.start()
+        self.relay.work()
         try:
             return fn(msg)
         finally:
+            self.relay.wait()
             self.ledger.stop(str(op))
 
     # -- requests with more to them ---------------------------------------------------------
+    def _prepare(self, m: Mapping[str, Any]) -> Dict[str, Any]:
+        """A case's inputs and timer; ``cores``: where to wait between its requests."""
+        reply = self.side.prepare(m["case"], int(m["run_seed"]), int(m["salt_seed"]), int(m["input_sets"]),
+                                  bool(m.get("keep_pristine", True)), int(m.get("share", 1)))
+        self.relay.share(m.get("cores"))
+        return reply
     def _block(self, m: Mapping[str, Any]) -> Dict[str, Any]:
         """One timed block, or with ``items`` ([number, recheck] each) several of this side's
         in a row: one round trip, and the checks after the calls once, after the last."""
@@ -150,6 +159,7 @@ class Server:
         pair's last case when the pair closes next, where nothing opens beside it first and
         the collection and frees cost about 0.2 s a side on an H200
         (``benchmarks/results/h100-2026-11-25/timeline_62_h200_b3b7a7a.txt``)."""
+        self.relay.share(None)
         out = {"findings": [asdict(f) for f in self.side.finish_case()], "resources": self.side.resources}
         if m.get("trim", True):
             self._return_cached_memory()

@@ -386,6 +386,18 @@ class ResourceAccount:
                 "flagged": self.reported}
 
 
+def busiest(before: Optional[Mapping[str, Any]], now: Mapping[str, Any]) -> Dict[str, Any]:
+    """One side's CPU account over a case's processes (each replicate's pair reports its
+    own): the busiest judged span of any, flagged if any was, and how many reported."""
+    if before is None:
+        return {**now, "processes": int(now.get("processes", 1))}
+    key = lambda r: -1.0 if r.get("peak_cores") is None else r["peak_cores"]  # noqa: E731
+    top = dict(now if key(now) > key(before) else before)
+    top.update(flagged=bool(before.get("flagged") or now.get("flagged")),
+               processes=int(before.get("processes", 1)) + int(now.get("processes", 1)))
+    return top
+
+
 # --- other processes on the GPU ---------------------------------------------------------------
 
 

@@ -128,6 +128,9 @@ class DefenceSettings:
     when that is safe, else the fork server), ``forkserver`` (workers fork from a server
     that has torch imported), ``spawn`` (a fresh interpreter each) or ``fork`` (for a
     parent known to have run no torch op and started no thread); see ``bench/endpoint.py``.
+    ``pin_cores``: on the CPU, while a case's blocks are timed, the parent and both workers
+    wait on the same ``measure.cpu_threads`` cores, so that handing a block from one process
+    to the next is not a wake-up on another core (``bench/cores.py``).
     """
 
     enabled: bool = True
@@ -140,6 +143,7 @@ class DefenceSettings:
     envelope_rel: float = 0.25
     start_method: str = "auto"
     timeout_seconds: float = 600.0
+    pin_cores: bool = True
 
 
 @dataclass(frozen=True)

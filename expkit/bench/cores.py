@@ -1,0 +1,97 @@
+"""The cores a CPU run's processes share while its blocks are timed (``defences.pin_cores``).
+
+With each side in its own worker, a timed block is a relay: the parent asks one worker,
+the worker times its calls and answers, the parent asks the other. Only one of the three
+processes works at any moment, yet each one's wake-up lands on whichever core the
+scheduler picks; on a virtual machine waking a process on another, idle core costs
+tens to hundreds of microseconds a hand-over, paid by every block
+(``benchmarks/results/pin_cores/README.md``). Put on the same ``measure.cpu_threads``
+cores, the hand-over is a switch between processes on one core. The side's calls get
+the same number of cores they are allowed; the harness's processes wait, blocked, while
+it runs.
+
+Only the calling thread is moved (``sched_setaffinity`` of thread 0 is the caller's):
+the parent's other threads, and threads a worker started before, keep their cores. A
+thread the side's code starts while pinned inherits the pin, so a candidate's own pool
+gets no more cores than it is allowed (the CPU-time account still counts its threads).
+Linux only; elsewhere, and where the cores cannot be set, nothing is pinned.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import FrozenSet, Optional, Sequence
+
+Cores = FrozenSet[int]
+
+
+def share_for(threads: Optional[int], allowed: Optional[Sequence[int]] = None) -> Optional[Cores]:
+    """The cores a run whose sides may use ``threads`` share: the highest-numbered
+    ``threads`` of ``allowed`` (this thread's, by default), away from core 0, which takes
+    most of a machine's interrupts. ``None`` where nothing is to be pinned: no thread
+    limit, or no more cores allowed than the limit."""
+    if threads is None or threads < 1:
+        return None
+    if allowed is None:
+        allowed = sorted(current() or ())
+    if len(allowed) <= threads:
+        return None
+    return frozenset(sorted(allowed)[-threads:])
+
+
+def current() -> Optional[Cores]:
+    """This thread's cores, or ``None`` where the platform does not say."""
+    get = getattr(os, "sched_getaffinity", None)
+    if get is None:
+        return None
+    try:
+        return frozenset(get(0))
+    except OSError:
+        return None
+
+
+def pin(cores: Optional[Cores]) -> Optional[Cores]:
+    """Move this thread to ``cores``; return the cores it had, for :func:`unpin`, or
+    ``None`` where nothing moved."""
+    if not cores:
+        return None
+    before = current()
+    if before is None or before == cores:
+        return None
+    try:
+        os.sched_setaffinity(0, cores)
+    except OSError:
+        return None
+    return before
+
+
+def unpin(before: Optional[Cores]) -> None:
+    """Give this thread back the cores :func:`pin` returned."""
+    if before:
+        try:
+            os.sched_setaffinity(0, before)
+        except OSError:
+            pass
+
+
+class Relay:
+    """A worker's side of the pin: on the shared cores while it waits for a request, on
+    its own while it serves one, so that what the side's code runs, and every thread it
+    starts, has the cores it would have unpinned (the CPU-time account judges them)."""
+
+    def __init__(self) -> None:
+        self.cores: Optional[Cores] = None
+        self._wide: Optional[Cores] = None
+
+    def share(self, cores: Optional[Sequence[int]]) -> None:
+        """Wait on ``cores`` from now on (a case's ``prepare``); ``None``: stop pinning."""
+        self.work()
+        self.cores = frozenset(int(c) for c in cores) if cores else None
+
+    def wait(self) -> None:
+        if self.cores and self._wide is None:
+            self._wide = pin(self.cores)
+
+    def work(self) -> None:
+        unpin(self._wide)
+        self._wide = None
