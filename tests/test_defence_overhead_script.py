@@ -34,9 +34,11 @@ def _runs(monkeypatch, argv):
 def test_runs_pin_the_timed_work_unless_asked_to_measure_as_shipped(monkeypatch, capsys):
     manifest = str(ROOT / "manifests/examples/cpu/honest-win.yaml")
     pinned = _runs(monkeypatch, [manifest, "--repeats", "1", "--max-seconds", "2"])
-    # two warm-ups (0.2 s each), then one run each way, alternating on and off
+    # two warm-ups (0.2 s each), "off" first so that the "on" one starts the fork server,
+    # then one run each way, alternating on and off
     assert [o for o in pinned[2] if o.startswith("measure.")] == ["measure.max_seconds=2.0", "measure.target_ci=0.0"]
-    assert [o[-1] for o in pinned] == ["defences.enabled=true", "defences.enabled=false"] * 2
+    assert [o[-1] for o in pinned] == ["defences.enabled=false", "defences.enabled=true",
+                                       "defences.enabled=true", "defences.enabled=false"]
     shipped = _runs(monkeypatch, [manifest, "--repeats", "1", "--as-shipped"])
     assert [o for o in shipped[2] if o.startswith("measure.")] == []  # quick's own target and budget
     assert shipped[2][0] == "measure=quick"
