@@ -132,14 +132,18 @@ def test_side_stream_cannot_make_the_time_shorter_than_the_work(cold):
     timer = CudaTimer(cold=cold)
     timer.sample(cheat, 20)
     honest.sample(lambda: torch.cuda._sleep(cycles), 10)
-    # The honest figure is taken right beside each cheat's, so the SM clock (which moved
-    # by 10-15% between minutes on the H100) is the same for both.
+    # The honest figure is taken right before and right after each cheat's, and their mean
+    # is the reference, so the SM clock (which moved by 10-15% between minutes on the H100,
+    # and by a few percent within this test after the suite's heavy tests: a ratio of 0.972
+    # with one reading before, gpu_preload/gpu_tests_run1.log) is about the same for both.
     ratios = []
+    spin = lambda: torch.cuda._sleep(cycles)  # noqa: E731
     for _ in range(3):
-        real = honest.sample(lambda: torch.cuda._sleep(cycles), 10)
+        before = honest.sample(spin, 10)
         got = timer.sample(cheat, 20)
         assert timer.last_block.foreign_work
-        assert timer.last_block.event_seconds < 0.5 * real  # what the events alone would have said
+        assert timer.last_block.event_seconds < 0.5 * before  # what the events alone would have said
+        real = (before + honest.sample(spin, 10)) / 2
         ratios.append(got / real)
     assert statistics.median(ratios) >= 0.98, ratios
 
