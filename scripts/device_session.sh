@@ -47,6 +47,8 @@
 #   overhead:LIST  benchmarks/defence_overhead.py on the manifests LIST (comma-separated paths),
 #              OVERHEAD_ROUNDS rounds (2) of one run each way; where .device-src-old is carried, each
 #              round runs the old snapshot's script too, alternating (overhead-{new,old}-ROUND.{md,json})
+#   pinab:LIST  benchmarks/defence_overhead.py on the manifests LIST with defences.pin_cores on and off,
+#              alternating, OVERHEAD_ROUNDS rounds (2) of one run each way (pinned-ROUND, free-ROUND .{md,json})
 #   requests:LIST  benchmarks/request_times.py on the manifests LIST (comma-separated paths), measure=quick
 #   floor      benchmarks/channel_floor.py: a bare pipe's and expkit's channel's round trip (floor.txt)
 #   fidelity   benchmarks/timing_fidelity.py --quick
@@ -233,6 +235,16 @@ PY
           PYTHONPATH=/tmp/site:$src step_limit 280 python3 "$src/benchmarks/defence_overhead.py" $ms --repeats 1 \
             --max-seconds 2 --json "$B/overhead-$tree-$i.json" > "$B/overhead-$tree-$i.md" 2>&1
           echo "overhead $tree $i exit $?" | tee -a "$B/steps.log"; grep '^|' "$B/overhead-$tree-$i.md" | tail -4
+        done
+      done ;;
+    pinab:*)
+      ms=$(echo "${step#pinab:}" | tr , ' ')
+      for i in $(seq "${OVERHEAD_ROUNDS:-2}"); do
+        for arm in pinned free; do
+          v=true; [ $arm = free ] && v=false
+          step_limit 280 python3 benchmarks/defence_overhead.py $ms --repeats 1 --max-seconds 2 \
+            --json "$B/$arm-$i.json" -- defences.pin_cores=$v > "$B/$arm-$i.md" 2>&1
+          echo "pinab $arm $i exit $?" | tee -a "$B/steps.log"; grep '^|' "$B/$arm-$i.md" | tail -4
         done
       done ;;
     requests:*)
