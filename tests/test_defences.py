@@ -44,6 +44,50 @@ def test_state_snapshot_sees_a_changed_matmul_precision():
     assert global_state.state_changes(before, global_state.snapshot_state()) == []
 
 
+def test_the_default_device_probe_agrees_with_torch_whatever_set_it():
+    probe = global_state._default_device
+    assert probe(torch) == str(torch.get_default_device()) == "cpu"
+    with torch.device("meta"):  # a DeviceContext mode on the stack
+        assert probe(torch) == str(torch.get_default_device()) == "meta"
+    torch.set_default_device("meta")  # the global device context
+    try:
+        assert probe(torch) == str(torch.get_default_device()) == "meta"
+        assert global_state.snapshot_state(cuda=False)["torch.get_default_device()"] == "meta"
+    finally:
+        torch.set_default_device(None)
+    assert probe(torch) == "cpu"
+
+
+def test_a_cpu_blocks_state_check_leaves_cudas_settings_to_the_case_checkpoints():
+    full, cpu = global_state.snapshot_state(), global_state.snapshot_state(cuda=False)
+    assert set(cpu) < set(full) and all(full[k] == v for k, v in cpu.items())
+    left_out = set(full) - set(cpu)
+    assert "torch.backends.cuda.matmul.allow_tf32" in left_out and "torch.backends.cudnn.benchmark" in left_out
+    assert not {"torch.get_num_threads()", "torch.get_float32_matmul_precision()",
+                "torch function modes (stack depth)", "torch.backends.mkldnn.enabled"} & left_out
+    side = SimpleNamespace(device="cpu", state0=full, _told=set(),
+                           funcs0=SimpleNamespace(changed=lambda hot_only=False: []))
+    from expkit.bench.side import SideBench
+
+    old = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = not old
+    try:
+        assert SideBench.tamper_findings(side, "while timed", "c", hot_only=True) == []  # after a CPU block
+        found = SideBench.tamper_findings(side, "while the case was measured", "c")  # the case's end
+    finally:
+        torch.backends.cudnn.benchmark = old
+    assert [f.check for f in found] == [global_state.GLOBAL_STATE]
+    assert "torch.backends.cudnn.benchmark" in found[0].message
+    side.device = "cuda"  # a GPU block reads them all
+    torch.backends.cudnn.benchmark = not old
+    try:
+        side._told = set()
+        assert [f.check for f in SideBench.tamper_findings(side, "while timed", "c", hot_only=True)] == [
+            global_state.GLOBAL_STATE]
+    finally:
+        torch.backends.cudnn.benchmark = old
+
+
 def test_the_hot_check_compares_identities_not_equality(monkeypatch):
     """A replacement that says it equals everything is still a replacement: the per-block
     check tests identity (``is``), never ``==``."""

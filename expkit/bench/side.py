@@ -149,7 +149,8 @@ class SideBench:
             out.append(Finding(TAMPER, False, f"functions the harness relies on were changed {when}: "
                                + ", ".join(replaced[:6]) + (f" and {len(replaced) - 6} more" if len(replaced) > 6
                                                             else ""), case))
-        changes = [c for c in state_changes(self.state0, snapshot_state()) if c not in self._told]
+        now = snapshot_state(cuda=not (hot_only and self.device == "cpu"))  # a CPU block: CUDA's settings aside
+        changes = [c for c in state_changes({k: self.state0.get(k) for k in now}, now) if c not in self._told]
         self._told.update(changes)
         if changes:
             out.append(Finding(GLOBAL_STATE, False, f"settings that change numerics or speed were changed {when}: "
