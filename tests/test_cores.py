@@ -44,12 +44,18 @@ def _in_thread(fn):
     return out["value"]
 
 
-@linux
-def test_pin_moves_only_the_calling_thread_and_unpin_gives_its_cores_back():
+def _cores_and_one():
+    """This thread's cores and the one a run with one thread a side shares (skip where one)."""
     allowed = cores.current()
     one = cores.share_for(1, sorted(allowed))
     if one is None:
         pytest.skip("one core: nothing to pin")
+    return allowed, one
+
+
+@linux
+def test_pin_moves_only_the_calling_thread_and_unpin_gives_its_cores_back():
+    allowed, one = _cores_and_one()
 
     def run():
         before = cores.pin(one)
@@ -63,10 +69,7 @@ def test_pin_moves_only_the_calling_thread_and_unpin_gives_its_cores_back():
 
 @linux
 def test_a_worker_waits_on_the_shared_cores_and_serves_on_its_own():
-    allowed = cores.current()
-    one = cores.share_for(1, sorted(allowed))
-    if one is None:
-        pytest.skip("one core: nothing to pin")
+    allowed, one = _cores_and_one()
 
     def run():
         relay = Relay()

@@ -12,9 +12,11 @@ it runs.
 
 Only the calling thread is moved (``sched_setaffinity`` of thread 0 is the caller's):
 the parent's other threads, and threads a worker started before, keep their cores. A
-thread the side's code starts while pinned inherits the pin, so a candidate's own pool
-gets no more cores than it is allowed (the CPU-time account still counts its threads).
-Linux only; elsewhere, and where the cores cannot be set, nothing is pinned.
+worker's thread is pinned only while it waits (:class:`Relay`): it has its own cores
+back while it serves a request, so a thread the side's code starts is born with them,
+and a candidate that spreads over more cores than it is allowed is seen doing so by the
+CPU-time account, as unpinned. Linux only; elsewhere, and where the cores cannot be set,
+nothing is pinned.
 """
 
 from __future__ import annotations

@@ -86,6 +86,7 @@ class Server:
                                   bool(m.get("keep_pristine", True)), int(m.get("share", 1)))
         self.relay.share(m.get("cores"))
         return reply
+
     def _block(self, m: Mapping[str, Any]) -> Dict[str, Any]:
         """One timed block, or with ``items`` ([number, recheck] each) several of this side's
         in a row: one round trip, and the checks after the calls once, after the last."""
