@@ -127,26 +127,19 @@ FAST = ("measure=quick", "measure.max_seconds=0.2", "measure.min_seconds=0.05", 
 
 @linux
 @pytest.mark.parametrize("pin", [True, False])
-def test_a_pinned_run_leaves_the_sides_code_its_cores_and_the_caller_its_own(tmp_path: Path, pin: bool):
-    allowed = cores.current()
-    if cores.share_for(1, sorted(allowed)) is None:
-        pytest.skip("one core: nothing to pin")
+def test_a_pinned_run_leaves_the_sides_code_its_cores_and_the_caller_its_own(tmp_path: Path, pin: bool,
+                                                                            monkeypatch):
+    allowed, one = _cores_and_one()
     (tmp_path / "pinned.py").write_text(CODE)
     (tmp_path / "m.yaml").write_text(MANIFEST)
-    seen = {}
-
-    def pins(c):  # the parent's own relay: only while blocks are timed, and given back
-        seen.setdefault("parent", []).append(c)
-        return real(c)
+    asked = []  # the parent's own relay: pinned only while blocks are timed, and given back
     real = cores.pin
-    try:
-        cores.pin = pins
-        result = run_manifest(tmp_path / "m.yaml", [*FAST, f"defences.pin_cores={str(pin).lower()}"],
-                              out_dir=tmp_path / "out").result
-    finally:
-        cores.pin = real
+    monkeypatch.setattr(cores, "pin", lambda c: asked.append(c) or real(c))
+    result = run_manifest(tmp_path / "m.yaml", [*FAST, f"defences.pin_cores={str(pin).lower()}"],
+                          out_dir=tmp_path / "out").result
+    monkeypatch.undo()
     assert result["verdict"] != "invalid", result["checks"]
     assert cores.current() == allowed
-    assert ({c for c in seen["parent"]} == ({frozenset({max(allowed)})} if pin else {None}))
+    assert set(asked) == ({one} if pin else {None})
     records = [line.split() for f in tmp_path.glob("cores-*") for line in f.read_text().splitlines()]
     assert records and all(sorted(map(int, r)) == sorted(allowed) for r in records)
