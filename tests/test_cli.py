@@ -73,6 +73,17 @@ def test_bad_override_is_exit_2(tmp_path, capsys):
     assert "measure/quik" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("override, says", [
+    ("defences.pin_cores=maybe", "Value 'maybe' is not a valid bool"),
+    ("measure.max_seconds=abc", "could not be converted to Float"),
+    ("defences.pin_core=true", "Key 'pin_core' not in"),
+])
+def test_a_bad_value_or_key_says_what_was_wrong_in_one_line(capsys, override, says):
+    assert main(["run", str(CPU / "honest-win.yaml"), override, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and says in err and override.split("=")[0] in err, err
+
+
 def test_report_rerenders_identically(tmp_path):
     out = tmp_path / "r"
     main(["run", str(CPU / "wrong-kernel.yaml"), "measure=quick", "--out", str(out), "--quiet"])

@@ -219,6 +219,9 @@ def load_settings(overrides: Sequence[str] = (), manifest_measure: Any = None) -
         data = OmegaConf.to_container(cfg, resolve=True)
     except (HydraException, OmegaConfBaseException) as e:
         first = str(e).strip().splitlines()[0]
+        cause = str(e.__cause__ or "").strip().splitlines()
+        if cause:  # what was wrong with the value or key (a bool, a number, a known key)
+            first = f"{first}: {cause[0]}"
         raise ConfigError(f"configuration ({conf_dir()}): {first}; overrides were {overrides}") from None
     assert isinstance(data, dict)
     measure = MeasureSettings(**data["measure"])
