@@ -247,3 +247,60 @@ def test_processes_below_one_is_a_config_error_that_names_the_key(bad):
 
     with pytest.raises(ConfigError, match="measure.processes"):
         MeasureSettings(processes=bad)
+
+
+# --- block length: the harness's own cost per request (measure.max_overhead) -------------------
+
+def _share(max_seconds=0.6, min_rounds=6):
+    return measure.Share(warmup_seconds=0.0, min_rounds=min_rounds, max_rounds=1000, min_seconds=0.0,
+                         max_seconds=max_seconds, target=0.05)
+
+
+def test_block_seconds_keeps_the_harness_a_small_share_of_a_block_within_the_budget():
+    s = _replace(FAST, min_block_seconds=0.002, max_overhead=0.05)
+    assert measure.block_seconds(None, s, _share()) == 0.002          # a timer that does not say
+    assert measure.block_seconds(5e-5, s, _share()) == 0.002          # cheap requests: the least block
+    assert measure.block_seconds(1e-3, s, _share()) == pytest.approx(0.02)   # 1 ms a request is 5% of 20 ms
+    assert measure.block_seconds(1e-2, s, _share()) == pytest.approx(0.05)   # capped: 6 rounds of 2 in 0.6 s
+    assert measure.block_seconds(1e-3, _replace(s, max_overhead=0.0), _share()) == 0.002  # off
+    assert measure.block_seconds(1.0, s, _share(max_seconds=0.001)) == 0.002  # never below the least block
+
+
+def test_lengthen_fills_the_longer_block_at_the_calibrated_per_call_time():
+    got = measure.lengthen({"baseline": (16, 1.25e-4), "candidate": (1, 0.5)}, 0.02)
+    assert got == {"baseline": 160, "candidate": 1}  # a call longer than the block stays one call
+    assert measure.lengthen({"baseline": (16, 2e-3)}, 0.02) == {"baseline": 16}  # already long enough
+
+
+class CostlyTimer(BatchTimer):
+    """A BatchTimer whose requests cost ``cost`` seconds beyond their calls, as a worker's do."""
+
+    def __init__(self, clock, cost, **kw):
+        super().__init__(clock, **kw)
+        self.request_cost = cost
+
+
+def test_a_costly_round_trip_gets_longer_blocks_after_min_rounds_and_the_same_answer():
+    s = _replace(FAST, min_block_seconds=0.001, max_overhead=0.05, target_ci=0.0, max_seconds=2.0, min_rounds=6)
+    clock = FakeClock()
+    short = run(BatchTimer(clock, seed=8, sigma=0.01), clock, 2e-5, 1e-5, s)
+    clock = FakeClock()
+    long = run(CostlyTimer(clock, 1e-3, seed=8, sigma=0.01), clock, 2e-5, 1e-5, s)
+    first = [x for x in long.samples if x.round < s.min_rounds]
+    later = [x for x in long.samples if x.round >= s.min_rounds]
+    assert {x.number for x in first} == {x.number for x in short.samples if x.round < s.min_rounds}
+    assert min(x.number * (2e-5 if x.side == "baseline" else 1e-5) for x in later) >= 0.02 * 0.99  # 1 ms is 5%
+    for side in ("baseline", "candidate"):
+        assert max(x.number for x in short.samples if x.side == side) * 10 <= min(
+            x.number for x in later if x.side == side)
+    assert len(long.samples) < len(short.samples) / 5
+    est = stats.estimate(long.times("baseline"), long.times("candidate"))
+    assert est.ci_low <= 2.0 <= est.ci_high
+
+
+def test_a_process_that_reaches_its_target_in_min_rounds_times_short_blocks_only():
+    s = _replace(FAST, min_block_seconds=0.001, max_overhead=0.05, target_ci=0.5, min_rounds=6, min_seconds=0.0)
+    clock = FakeClock()
+    cs = run(CostlyTimer(clock, 1e-3, seed=9, sigma=0.01), clock, 2e-5, 1e-5, s)
+    assert cs.stopped == measure.STOP_TARGET and max(x.round for x in cs.samples) + 1 == s.min_rounds
+    assert cs.timed_seconds < 2 * s.min_rounds * 0.0025  # blocks of about 1-2 ms, none of 20
