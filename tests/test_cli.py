@@ -77,8 +77,6 @@ def test_bad_override_is_exit_2(tmp_path, capsys):
     ("defences.pin_cores=maybe", "Value 'maybe' is not a valid bool"),
     ("measure.max_seconds=abc", "could not be converted to Float"),
     ("defences.pin_core=true", "Key 'pin_core' not in"),
-    ("measure.max_overhead=1.5", "is not a share of a block"),
-    ("measure.max_overhead=nan", "is not a share of a block"),
 ])
 def test_a_bad_value_or_key_says_what_was_wrong_in_one_line(capsys, override, says):
     assert main(["run", str(CPU / "honest-win.yaml"), override, "--quiet"]) == 2

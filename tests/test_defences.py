@@ -292,25 +292,6 @@ def test_session_timer_batches_blocks_and_passes_their_findings_on():
     assert len(t.accounts) == 1  # single blocks (calibration) are not judged
 
 
-def test_session_timer_request_cost_is_what_calibration_requests_spent_beyond_their_calls():
-    ticks = iter([0.0, 0.010, 1.0, 1.012, 2.0, 2.0105, 3.0, 3.5])
-    extra = iter([0.007, 0.008, 0.006, 0.1])  # timed + untimed of each request
-
-    def run_blocks(reqs):
-        e = next(extra)
-        return {"blocks": [{"seconds": e / 2, "timed": e - 0.001, "untimed": 0.001, "recheck": 0.0, "checks": 0.0,
-                            "wall": e, "method": "m", "findings": []} for _ in reqs], "wall": e}
-
-    t = SessionTimer(run_blocks, DefenceSettings(), envelope=True, clock=lambda: next(ticks))
-    assert t.request_cost is None
-    fn = SimpleNamespace(side="baseline")
-    for _ in range(3):
-        t.sample(fn, 2)
-    assert t.request_cost == pytest.approx(0.004)  # the median of 3, 4 and 4.5 ms
-    t.sample_batch([(fn, 2)])  # a judged batch (its recheck and waits) does not move it
-    assert t.request_cost == pytest.approx(0.004)
-
-
 # --- plausibility ---------------------------------------------------------------------------
 
 def _est(speedup, cand_median=1e-3):

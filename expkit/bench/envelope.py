@@ -145,22 +145,6 @@ class SessionTimer:
         self.findings: List[Finding] = []
         self.method = "defended"
         self.info: Any = None  # the workers' timers' TimerInfo (set by the pair)
-        #: Each single-block request's cost beyond its calls (see :attr:`request_cost`).
-        self.costs: List[float] = []
-
-    @property
-    def request_cost(self) -> Optional[float]:
-        """What one request costs beyond the calls it times, in seconds: the median, over
-        the block-size calibration's requests, of the parent's time of the request less
-        the worker's timed calls and the untimed work between them (fresh inputs, per-call
-        checks). What is left (the round trip, the worker's checks before and after the
-        calls) is paid once a request however long its block, so the measurement loop
-        makes blocks long enough to keep it a small share (``measure.max_overhead``).
-        None before any calibration request."""
-        if not self.costs:
-            return None
-        ordered = sorted(self.costs)
-        return ordered[len(ordered) // 2]
 
     def sample(self, fn: Any, number: int) -> float:
         from ..timing.timer import BlockTiming
@@ -185,8 +169,6 @@ class SessionTimer:
             self.findings.extend(finding_from(f) for f in r.get("findings", ()))
             out.append(r.get("timing") or float(r["seconds"]))
         blocks = rep["blocks"]
-        if not judged:
-            self.costs.append(max(0.0, envelope - sum(b["timed"] + b["untimed"] for b in blocks)))
         # Single blocks (the block-size calibration) are too short for the parent's
         # clock to judge against its own wake-up latency; batches are judged.
         if self._envelope and judged:

@@ -36,12 +36,6 @@ class MeasureSettings:
     ``timing/measure.py``); the interval then covers the spread between processes as
     well as within one (``verdict/stats.py``). ``min_rounds`` holds in each process;
     ``min_seconds``, ``max_seconds`` and ``max_rounds`` are split across them.
-
-    ``min_block_seconds``: the least timed work in one block. ``max_overhead``: the
-    largest share of a block that the harness's own work around it (a worker's round
-    trip and its checks) may add; where that work costs more than this share of
-    ``min_block_seconds``, blocks get longer (``timing/measure.py``, ``block_seconds``).
-    0 turns this off.
     """
 
     name: str = "default"
@@ -53,7 +47,6 @@ class MeasureSettings:
     target_ci: float = 0.01
     confidence: float = 0.95
     min_block_seconds: float = 0.005
-    max_overhead: float = 0.05
     input_sets: int = 4
     bootstrap: int = 2000
     cold: bool = True
@@ -65,9 +58,6 @@ class MeasureSettings:
         if self.timer not in TIMER_CHOICES:
             raise ConfigError(f"measure.timer: {self.timer!r} is not a timer; use one of "
                               + ", ".join(TIMER_CHOICES) + " (e.g. measure.timer=events)")
-        if not 0.0 <= self.max_overhead < 1.0:
-            raise ConfigError(f"measure.max_overhead: {self.max_overhead} is not a share of a block; give a "
-                              "number from 0 (off) up to, not including, 1 (e.g. measure.max_overhead=0.05)")
         if self.processes < 1:
             raise ConfigError(f"measure.processes: {self.processes} measures nothing; give at least 1 "
                               "(e.g. measure.processes=5)")

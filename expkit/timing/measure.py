@@ -22,16 +22,6 @@ one round trip per batch instead of per block keeps the parent's wake-up latency
 of the run time. Each sample's ``t_start``/``t_end`` is then its share of the batch's
 span on this process's clock, in proportion to its timed work.
 
-**Block length.** Each side's block is calibrated to at least ``min_block_seconds``.
-Where the timer reports what one request costs beyond its calls (``request_cost``: a
-worker's round trip and the checks around its calls, which a longer block does not
-repeat), the rounds after a process's first ``min_rounds`` have blocks long enough that
-this is at most ``max_overhead`` of one (:func:`block_seconds`), within the process's
-budget. Not the first ``min_rounds``: a process that reaches its target there stops
-with no more timed work than short blocks need (lengthening every block made ``quick``
-runs that stop at their target time ten times the calls:
-``benchmarks/results/block_floor/README.md``).
-
 **Two figures.** A timer with more than one figure per block (the CUDA timer with
 kernel time) gives its account of each block as a :class:`~.timer.BlockTiming`: in
 ``last_timing`` after ``sample``, or in place of the bare seconds in
@@ -76,7 +66,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Seque
 
 from ..verdict import stats
 from ..manifest.settings import MeasureSettings
-from .timer import BlockTiming, Timer, TimerInfo, calibrated
+from .timer import BlockTiming, Timer, TimerInfo, calibrate
 
 SIDES = ("baseline", "candidate")
 STOP_TARGET = "target interval reached"
@@ -191,31 +181,6 @@ def share(settings: MeasureSettings, processes: int, replicate: int) -> Share:
     )
 
 
-def block_seconds(request_cost: Optional[float], settings: MeasureSettings, budget: Share) -> float:
-    """The least timed work of one block in this process's rounds after its first ``min_rounds``.
-
-    ``min_block_seconds``, or longer where the harness's own work around a request
-    (``request_cost``: a worker's round trip and its checks, measured by the timer
-    while it calibrated) would be more than ``max_overhead`` of a block: then
-    ``request_cost / max_overhead``. Never longer than lets ``min_rounds`` rounds of
-    both sides fit in the process's ``max_seconds``, so a costly round trip cannot
-    starve the stopping rule of rounds. A longer block is more calls of the same code
-    in a row: each block's per-call time is still a mean over its calls, and the
-    first call after the other side ran (its caches cold) weighs less in it."""
-    if not request_cost or settings.max_overhead <= 0:
-        return settings.min_block_seconds
-    fit = budget.max_seconds / (2 * max(1, budget.min_rounds))
-    return max(settings.min_block_seconds, min(request_cost / settings.max_overhead, fit))
-
-
-def lengthen(found: Mapping[str, Tuple[int, float]], seconds: float, max_number: int = 1 << 20) -> Dict[str, int]:
-    """Each side's calls per block: its calibrated ``number``, or as many calls as fill
-    ``seconds`` at the per-call time calibration last measured (no block is timed twice
-    to find it)."""
-    return {side: max(n, min(max_number, math.ceil(seconds / per_call))) if per_call > 0 and n * per_call < seconds
-            else n for side, (n, per_call) in found.items()}
-
-
 def _batch_rounds(rnd: int, next_check: int, timed: float, round_s: Optional[float], budget: Share) -> int:
     """How many rounds to plan at once for a timer that takes batches.
 
@@ -276,9 +241,7 @@ def _sample_rounds(case: str, fns: Mapping[str, Callable[[], Any]], timer: Timer
     timed seconds."""
     for side in SIDES:
         _warm_up(fns[side], budget.warmup_seconds / 2, clock)
-    found = {side: calibrated(timer, fns[side], settings.min_block_seconds) for side in SIDES}
-    number = {side: n for side, (n, _) in found.items()}
-    lengthened = False  # past min_rounds, blocks long enough to keep a request's cost small
+    number = {side: calibrate(timer, fns[side], settings.min_block_seconds) for side in SIDES}
 
     samples: list[Sample] = []
     timed = 0.0
@@ -288,10 +251,6 @@ def _sample_rounds(case: str, fns: Mapping[str, Callable[[], Any]], timer: Timer
     round_s: Optional[float] = None  # timed seconds of the last round, to size batches
     rnd = 0
     while rnd < budget.max_rounds:
-        if not lengthened and rnd >= budget.min_rounds:
-            lengthened = True
-            number = lengthen(found, block_seconds(getattr(timer, "request_cost", None), settings, budget))
-            round_s = None  # a longer round: the next batch measures it again
         k = 1 if batch is None else _batch_rounds(rnd, next_check, timed, round_s, budget)
         plan = []
         for r in range(k):

@@ -127,14 +127,7 @@ class PerfCounterTimer:
 
 def calibrate(timer: Timer, fn: Callable[[], Any], min_block_seconds: float, max_number: int = 1 << 20) -> int:
     """The smallest power of two ``number`` whose block lasts at least ``min_block_seconds``."""
-    return calibrated(timer, fn, min_block_seconds, max_number)[0]
-
-
-def calibrated(timer: Timer, fn: Callable[[], Any], min_block_seconds: float,
-               max_number: int = 1 << 20) -> Tuple[int, float]:
-    """:func:`calibrate`'s ``number``, and the seconds per call its last block took."""
     number = 1
-    per_call = 0.0
     while number < max_number:
         per_call = timer.sample(fn, number)
         if per_call * number >= min_block_seconds:
@@ -142,4 +135,4 @@ def calibrated(timer: Timer, fn: Callable[[], Any], min_block_seconds: float,
         # Jump straight to the estimate instead of doubling one step at a time.
         wanted = min_block_seconds / max(per_call, 1e-9)
         number = min(max_number, max(number * 2, 1 << max(0, int(wanted - 1).bit_length())))
-    return number, per_call
+    return number
