@@ -6,8 +6,9 @@ and times, by wrapping them, the parts of the measurement stage: opening each re
 (its pair of workers started and greeted), each case's ``sides`` (the workers' inputs
 built), the warm-ups, the block-size calibration's single blocks, the batches of timed
 blocks, the stopping checks, each case's ``finish`` and each replicate's close. Prints,
-per round and way, the run's wall time, its ``measure`` stage, the timed seconds, and
-the seconds and count of each part.
+per round and way, the run's wall time, its ``start``, ``preflight`` and ``measure``
+stages (``result.json``'s ``stages``), the timed seconds, and the seconds and count of
+each part.
 
     python benchmarks/measure_phases.py [MANIFEST] [--rounds N] [-- key=value ...]
 
@@ -91,9 +92,9 @@ def _rounds(manifest: Path, rounds: int, extra: List[str], acc: Dict[str, float]
 
     out = Path(tempfile.mkdtemp(prefix="measure-phases-"))
     print(f"{manifest.name}, measure=quick {' '.join(extra)}\n")
-    print("| round | defences | wall s | measure stage s | timed s | "
+    print("| round | defences | wall s | start stage s | preflight stage s | measure stage s | timed s | "
           + " | ".join(label for label, *_ in PARTS) + " |")
-    print("|---|---|---|---|---|" + "---|" * len(PARTS))
+    print("|---|---|---|---|---|---|---|" + "---|" * len(PARTS))
     for i in range(rounds + 1):
         for on in ("false", "true"):
             acc.clear()
@@ -106,7 +107,9 @@ def _rounds(manifest: Path, rounds: int, extra: List[str], acc: Dict[str, float]
                 continue  # the discarded warm-up run each way
             timed = sum(c["timed_seconds"] for c in r["measured"]["cases"].values())
             cells = " | ".join(f"{acc[label]:.3f} ({cnt[label]})" for label, *_ in PARTS)
-            print(f"| {i} | {'on' if on == 'true' else 'off'} | {wall:.2f} | {r['stages']['measure']:.2f} | "
+            st = r["stages"]
+            print(f"| {i} | {'on' if on == 'true' else 'off'} | {wall:.2f} | {st.get('start', 0.0):.3f} | "
+                  f"{st.get('preflight', 0.0):.3f} | {st['measure']:.2f} | "
                   f"{timed:.3f} | {cells} |")
     print("\nEach part: seconds (calls), summed over the run. The parts overlap where one calls another"
           " (a replicate's first case's `sides` waits for its workers' hello when they were started early).")
