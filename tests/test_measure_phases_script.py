@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
 
 import expkit.runner
+import repo_scripts
 from expkit.bench import replicates
 from expkit.timing import measure
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
 def _script():
-    spec = importlib.util.spec_from_file_location("measure_phases", ROOT / "benchmarks" / "measure_phases.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return repo_scripts.load("benchmarks/measure_phases.py")
 
 
 def test_alternates_off_and_on_after_a_discarded_pair_and_puts_the_wrapped_parts_back(monkeypatch, capsys):
