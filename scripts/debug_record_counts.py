@@ -7,7 +7,8 @@ command with a ``sitecustomize`` module first on its path which, in every proces
 run, wraps the CUPTI recorder's ``stop`` and its buffer callback: each block's stop appends
 a line to a log (the process, GPU work records, API records, external correlations, the
 seconds the stop took and the seconds spent parsing buffers). Then prints, per variant,
-the blocks logged, by how many processes, and the medians per block.
+the blocks logged, by how many processes, and the medians per block, and one block's
+records counted by kind and API (the middle block the log holds).
 
     python scripts/debug_record_counts.py MANIFEST OUT_DIR [-- "k=v k=v" ; "k=v" ...]
 
@@ -54,8 +55,27 @@ if os.environ.get("EXPKIT_DEBUG_RECORDS"):
             f.write(f"{os.getpid()} {len(out.records)} {len(out.tagged)} {raw} {api} {ext} {took:.6f} {parse:.6f}\\n")
         return out
 
+    _parse = _cr.parse
+    _kinds = {}
+
+    def _counting_parse(activities, *a, **k):
+        activities = list(activities)
+        for x in activities:
+            key = (int(x.kind), int(getattr(x, "cbid", -1) or -1))
+            _kinds[key] = _kinds.get(key, 0) + 1
+        return _parse(activities, *a, **k)
+
+    def _logged_kinds(self):
+        out = _logged_stop(self)
+        top = sorted(_kinds.items(), key=lambda kv: -kv[1])[:12]
+        _kinds.clear()
+        with open(_log + ".kinds", "a") as f:
+            f.write(f"{os.getpid()} " + " ".join(f"{kd}:{cb}={n}" for (kd, cb), n in top) + "\n")
+        return out
+
+    _cr.parse = _counting_parse
     _cr.CuptiRecorder._completed = _timed_completed
-    _cr.CuptiRecorder.stop = _logged_stop
+    _cr.CuptiRecorder.stop = _logged_kinds
 '''
 
 
@@ -85,6 +105,37 @@ def main(argv: List[str]) -> int:
             med[col] = statistics.median(vals) if vals else float("nan")
         print(f"| {' '.join(v)} | {rc} | {len(rows)} | {len({r[0] for r in rows})} | {med[1]:.0f} | {med[2]:.0f} | "
               f"{med[3]:.0f}, {med[4]:.0f}, {med[5]:.0f} | {med[6] * 1e3:.2f} | {med[7] * 1e3:.2f} |", flush=True)
+        kinds = Path(str(log) + ".kinds")
+        if kinds.exists():
+            lines = kinds.read_text().splitlines()
+            mid = lines[len(lines) // 2] if lines else ""
+            print(f"|   one block's records by (kind:cbid), the middle one logged: {_named(mid)} |||||||||")
+
+
+def _named(line: str) -> str:
+    """``kind:cbid=count`` with CUPTI's names where cupti-python has them."""
+    try:
+        from cupti import cupti
+    except Exception:
+        return line
+    out = []
+    for item in line.split()[1:]:
+        key, n = item.split("=")
+        kd, cb = (int(x) for x in key.split(":"))
+        try:
+            kind = cupti.ActivityKind(kd).name
+        except Exception:
+            kind = str(kd)
+        name = str(cb)
+        for enum in ("RuntimeApiTraceCbid", "DriverApiTraceCbid") if cb >= 0 else ():
+            e = getattr(cupti, enum, None)
+            if e is not None and kind in ("RUNTIME", "DRIVER") and enum.startswith(kind.title()[:6]):
+                try:
+                    name = e(cb).name
+                except Exception:
+                    pass
+        out.append(f"{kind}:{name}={n}")
+    return " ".join(out)
     return 0
 
 
