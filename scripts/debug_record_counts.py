@@ -70,7 +70,7 @@ if os.environ.get("EXPKIT_DEBUG_RECORDS"):
         top = sorted(_kinds.items(), key=lambda kv: -kv[1])[:12]
         _kinds.clear()
         with open(_log + ".kinds", "a") as f:
-            f.write(f"{os.getpid()} " + " ".join(f"{kd}:{cb}={n}" for (kd, cb), n in top) + "\n")
+            f.write(f"{os.getpid()} " + " ".join(f"{kd}:{cb}={n}" for (kd, cb), n in top) + "\\n")
         return out
 
     _cr.parse = _counting_parse
