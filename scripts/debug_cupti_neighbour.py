@@ -11,12 +11,15 @@ expkit's CUDA timer and CUPTI recorder in this process, in turn:
 * ``idle``: beside a process that made a CUPTI recorder, started and stopped it once, and
   sleeps (as the worker that is not being timed);
 * ``enabled``: beside a process whose recorder is started (its activity kinds enabled) and
-  never stopped.
+  never stopped;
+* ``forkserver-child`` and ``spawn-child`` (with ``--children``): the same blocks in a child
+  process that this one started through ``multiprocessing`` (as expkit starts its workers),
+  nothing else on the GPU; this process never touches CUDA before them.
 
 Per arm: the median over blocks of the block's wall per call, the timer's figure per call,
 the host's time queueing a call, and the recorder's host time a block (flush and parsing).
 
-    python scripts/debug_cupti_neighbour.py [--blocks 40] [--calls 16] [--rounds 2]
+    python scripts/debug_cupti_neighbour.py [--blocks 40] [--calls 16] [--rounds 2] [--children]
 """
 
 from __future__ import annotations
@@ -79,6 +82,22 @@ def blocks(n_blocks: int, calls: int) -> Dict[str, float]:
             "record host ms a block": statistics.median(hosts) * 1e3}
 
 
+def _in_child(method: str, n_blocks: int, calls: int) -> Dict[str, float]:
+    import multiprocessing as mp
+
+    ctx = mp.get_context(method)
+    q = ctx.Queue()
+    p = ctx.Process(target=_child, args=(q, n_blocks, calls))
+    p.start()
+    got = q.get(timeout=300)
+    p.join(60)
+    return got
+
+
+def _child(q: Any, n_blocks: int, calls: int) -> None:
+    q.put(blocks(n_blocks, calls))
+
+
 def main(argv: List[str]) -> int:
     if argv[:1] == ["--neighbour"]:
         neighbour(argv[1], float(argv[2]))
@@ -91,9 +110,17 @@ def main(argv: List[str]) -> int:
     print("| round | arm | wall per call us | timer's figure per call us | queueing per call us | record host ms a block |")
     print("|---|---|---|---|---|---|")
     method = ""
+    arms = ("alone", "idle", "enabled")
+    if "--children" in argv:  # children first: this process has not touched CUDA yet
+        arms = ("forkserver-child", "spawn-child", "alone")
     for r in range(1, opts["--rounds"] + 1):
-        for arm in ("alone", "idle", "enabled"):
+        for arm in arms:
             other = None
+            if arm.endswith("-child"):
+                got = _in_child(arm.split("-")[0], opts["--blocks"], opts["--calls"])
+                print(f"| {r} | {arm} | {got['wall per call us']:.1f} | {got['figure per call us']:.1f} | "
+                      f"{got['queue per call us']:.1f} | {got['record host ms a block']:.2f} |", flush=True)
+                continue
             if arm != "alone":
                 other = subprocess.Popen([sys.executable, __file__, "--neighbour", arm, "120"], stdout=subprocess.PIPE,
                                          text=True, env=None)

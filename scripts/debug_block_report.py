@@ -1,0 +1,127 @@
+"""Debug: the CUDA timer's own account of each block, in workers and in one process (GPU).
+
+A script for the device, not a test. ``scripts/debug_block_split.py`` found a side's worker
+spending about 0.25 ms a call more in its sampling span than the same sides in one process,
+with the kernel timer only. The CUDA timer keeps an account of every block
+(:class:`expkit.timing.blocks.BlockReport`): the host's time queuing the calls, the holds'
+GPU time, the span from the first hold to the last event, the host's envelope around it,
+the attempts (a block whose hold did not outlast the queuing runs again) and the
+recorder's host time after the block. This runs ``expkit run MANIFEST`` once per variant
+and round as a fresh command with a ``sitecustomize`` module first on its path which, in
+every process of the run, wraps ``CudaTimer.sample`` and appends each block's account and
+the wall of the whole ``sample`` call to a log. Then prints, per variant and round, the
+blocks and processes logged and the medians per block, and per call where the figure is
+per call.
+
+    python scripts/debug_block_report.py MANIFEST OUT_DIR [--rounds 2] [-- "k=v k=v" ; "k=v" ...]
+
+Base overrides: ``measure=quick measure.max_seconds=2 measure.target_ci=0`` (a pinned budget);
+default variants: the defences as shipped, and the same sides in one process
+(``defences.isolate=false``). Variants alternate within a round. A variant's word
+``env:NAME=VALUE`` sets an environment variable instead of an override:
+``env:EXPKIT_DEBUG_NO_TELEMETRY=1`` runs without the parent's NVML clock log.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+REPO = Path(__file__).resolve().parent.parent
+BASE = ["measure=quick", "measure.max_seconds=2", "measure.target_ci=0"]
+FIELDS = ("calls", "chunks", "attempts", "queue_s", "hold_s", "span_s", "envelope_s", "record_s")
+
+HOOK = '''
+import os
+if os.environ.get("EXPKIT_DEBUG_BLOCKS"):
+    import time
+    from expkit.timing import cuda_timer as _ct
+
+    _log = os.environ["EXPKIT_DEBUG_BLOCKS"]
+    _sample = _ct.CudaTimer.sample
+
+    def _logged_sample(self, fn, number):
+        t0 = time.perf_counter()
+        out = _sample(self, fn, number)
+        wall = time.perf_counter() - t0
+        b = self.last_block
+        if b is not None:
+            with open(_log, "a") as f:
+                f.write(f"{os.getpid()} {b.calls} {b.chunks} {b.attempts} {b.queue_s:.7f} {b.hold_s:.7f} "
+                        f"{b.span_s:.7f} {b.envelope_s:.7f} {b.record_s:.7f} {wall:.7f} {int(b.hold_ok)} "
+                        f"{b.source}\\n")
+        return out
+
+    _ct.CudaTimer.sample = _logged_sample
+
+if os.environ.get("EXPKIT_DEBUG_NO_TELEMETRY"):  # the parent's NVML clock log off (a debug variant)
+    from expkit.timing import telemetry as _tel
+
+    _tel.for_gpu = lambda *a, **k: None
+'''
+
+
+def summarise(rows: List[List[str]]) -> Dict[str, float]:
+    """Medians per block (and per call for the queuing and the wall beyond the envelope)."""
+    if not rows:
+        return {}
+    col = {name: i + 1 for i, name in enumerate(FIELDS)}
+    wall_i = len(FIELDS) + 1
+
+    def med(f: object) -> float:
+        return statistics.median(f(r) for r in rows)  # type: ignore[operator]
+
+    return {
+        "calls": med(lambda r: float(r[col["calls"]])),
+        "attempts": med(lambda r: float(r[col["attempts"]])),
+        "retried": sum(1 for r in rows if int(r[col["attempts"]]) > int(r[col["chunks"]])) / len(rows),
+        "queue us a call": med(lambda r: float(r[col["queue_s"]]) / max(1, int(r[col["calls"]])) * 1e6),
+        "hold ms": med(lambda r: float(r[col["hold_s"]]) * 1e3),
+        "span ms": med(lambda r: float(r[col["span_s"]]) * 1e3),
+        "envelope ms": med(lambda r: float(r[col["envelope_s"]]) * 1e3),
+        "record ms": med(lambda r: float(r[col["record_s"]]) * 1e3),
+        "sample wall ms": med(lambda r: float(r[wall_i]) * 1e3),
+        "beyond envelope and record ms": med(lambda r: (float(r[wall_i]) - float(r[col["envelope_s"]])
+                                                        - float(r[col["record_s"]])) * 1e3),
+        "hold ok": sum(int(r[wall_i + 1]) for r in rows) / len(rows),
+    }
+
+
+def main(argv: List[str]) -> int:
+    if len(argv) < 2:
+        print(__doc__)
+        return 2
+    manifest, out = argv[0], Path(argv[1]).resolve()
+    rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 2
+    rest = " ".join(argv[argv.index("--") + 1:]) if "--" in argv else "defences.enabled=true;defences.isolate=false"
+    variants = [v.split() for v in rest.split(";")]
+    hook = out / "hook"
+    hook.mkdir(parents=True, exist_ok=True)
+    (hook / "sitecustomize.py").write_text(HOOK)
+    heads = None
+    for r in range(1, rounds + 1):
+        for i, v in enumerate(variants):
+            log = out / f"blocks-{r}-{i}.log"
+            env = dict(os.environ, EXPKIT_DEBUG_BLOCKS=str(log),
+                       PYTHONPATH=os.pathsep.join([str(hook), str(REPO), os.environ.get("PYTHONPATH", "")]))
+            env.update(w[4:].split("=", 1) for w in v if w.startswith("env:"))
+            overrides = [w for w in v if not w.startswith("env:")]
+            rc = subprocess.call([sys.executable, "-m", "expkit", "run", manifest, *BASE, *overrides, "--out",
+                                  str(out / f"run-{r}-{i}"), "--quiet"], env=env)
+            rows = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+            got = summarise(rows)
+            if heads is None and got:
+                heads = list(got)
+                print("| round | variant | exit | blocks | processes | " + " | ".join(heads) + " |")
+                print("|---|---|---|---|---|" + "---|" * len(heads))
+            cells = " | ".join(f"{got[h]:.3g}" for h in heads or ()) if got else "(no blocks logged)"
+            print(f"| {r} | {' '.join(v)} | {rc} | {len(rows)} | {len({x[0] for x in rows})} | {cells} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
