@@ -16,7 +16,9 @@ GPU example) with expkit's CUDA timer, two "sides" taking turns block by block, 
 * ``two processes, events``: as above with ``measure.timer=events``.
 
 Per arm and side: the medians over blocks of the envelope less the span (ms), the
-``sample`` call's wall (ms) and the recorder's host time after the block (ms).
+``sample`` call's wall (ms), the recorder's host time after the block (ms) and the rest
+of the wall (the wall less the envelope and the recorder's time: the lead spin, the
+recorder's start, reading the events and the records' attribution to calls).
 
     python scripts/debug_context_alternation.py [--blocks 60] [--calls 8] [--rounds 2]
 """
@@ -47,7 +49,7 @@ class Side:
         rec = getattr(self.timer, "_recorder", None)
         if kinds_left_on and rec is not None:
             rec._disable = lambda kind: None  # debug only: kinds stay enabled after the first start
-        self.rows: List[Tuple[float, float, float]] = []
+        self.rows: List[Tuple[float, float, float, float]] = []
 
     def fn(self) -> None:
         import torch
@@ -60,14 +62,15 @@ class Side:
         wall = time.perf_counter() - t0
         rep = self.timer.last_block
         if keep and rep is not None:
-            self.rows.append((rep.envelope_s - rep.span_s, wall, rep.record_s))
+            self.rows.append((rep.envelope_s - rep.span_s, wall, rep.record_s, wall - rep.envelope_s - rep.record_s))
 
     def summary(self) -> Dict[str, float]:
         if not self.rows:
             return {}
         return {"envelope - span ms": statistics.median(r[0] for r in self.rows) * 1e3,
                 "sample wall ms": statistics.median(r[1] for r in self.rows) * 1e3,
-                "record ms": statistics.median(r[2] for r in self.rows) * 1e3}
+                "record ms": statistics.median(r[2] for r in self.rows) * 1e3,
+                "rest ms": statistics.median(r[3] for r in self.rows) * 1e3}
 
 
 def child(conn: Any, timer_kind: str, kinds_left_on: bool) -> None:
@@ -128,13 +131,13 @@ def main(argv: List[str]) -> int:
             ("two processes, events", lambda: two_processes(b, n, "events", False)),
             ("one process", lambda: one_process(b, n))]  # last: this process then holds a context
     print(f"{b} blocks a side, {n} calls a block, sides taking turns")
-    print("| round | arm | side | envelope - span ms | sample wall ms | record ms |")
-    print("|---|---|---|---|---|---|")
+    print("| round | arm | side | envelope - span ms | sample wall ms | record ms | rest ms |")
+    print("|---|---|---|---|---|---|---|")
     for r in range(1, opts["--rounds"] + 1):
         for name, run in arms:
             for s, got in enumerate(run()):
                 cells = " | ".join(f"{got.get(k, float('nan')):.2f}" for k in
-                                   ("envelope - span ms", "sample wall ms", "record ms"))
+                                   ("envelope - span ms", "sample wall ms", "record ms", "rest ms"))
                 print(f"| {r} | {name} | {s} | {cells} |", flush=True)
     return 0
 
