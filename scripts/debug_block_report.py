@@ -19,7 +19,9 @@ Base overrides: ``measure=quick measure.max_seconds=2 measure.target_ci=0`` (a p
 default variants: the defences as shipped, and the same sides in one process
 (``defences.isolate=false``). Variants alternate within a round. A variant's word
 ``env:NAME=VALUE`` sets an environment variable instead of an override:
-``env:EXPKIT_DEBUG_NO_TELEMETRY=1`` runs without the parent's NVML clock log.
+``env:EXPKIT_DEBUG_NO_TELEMETRY=1`` runs without the parent's NVML clock log;
+``env:EXPKIT_DEBUG_PRETOUCH=1`` runs one tiny kernel and a sync before each block, outside
+its envelope, and logs how long that took (``pretouch ms``; 0 without it).
 """
 
 from __future__ import annotations
@@ -43,8 +45,17 @@ if os.environ.get("EXPKIT_DEBUG_BLOCKS"):
 
     _log = os.environ["EXPKIT_DEBUG_BLOCKS"]
     _sample = _ct.CudaTimer.sample
+    _pretouch = bool(os.environ.get("EXPKIT_DEBUG_PRETOUCH"))
 
     def _logged_sample(self, fn, number):
+        pre = 0.0
+        if _pretouch:  # one tiny kernel and a sync before the block, outside its envelope
+            import torch
+
+            p0 = time.perf_counter()
+            torch.cuda._sleep(1)
+            torch.cuda.synchronize()
+            pre = time.perf_counter() - p0
         t0 = time.perf_counter()
         out = _sample(self, fn, number)
         wall = time.perf_counter() - t0
@@ -53,7 +64,7 @@ if os.environ.get("EXPKIT_DEBUG_BLOCKS"):
             with open(_log, "a") as f:
                 f.write(f"{os.getpid()} {b.calls} {b.chunks} {b.attempts} {b.queue_s:.7f} {b.hold_s:.7f} "
                         f"{b.span_s:.7f} {b.envelope_s:.7f} {b.record_s:.7f} {wall:.7f} {int(b.hold_ok)} "
-                        f"{b.source}\\n")
+                        f"{b.source} {pre:.7f}\\n")
         return out
 
     _ct.CudaTimer.sample = _logged_sample
@@ -88,6 +99,7 @@ def summarise(rows: List[List[str]]) -> Dict[str, float]:
         "beyond envelope and record ms": med(lambda r: (float(r[wall_i]) - float(r[col["envelope_s"]])
                                                         - float(r[col["record_s"]])) * 1e3),
         "hold ok": sum(int(r[wall_i + 1]) for r in rows) / len(rows),
+        "pretouch ms": med(lambda r: float(r[wall_i + 3]) * 1e3),
     }
 
 
