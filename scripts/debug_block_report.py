@@ -21,7 +21,10 @@ default variants: the defences as shipped, and the same sides in one process
 ``env:NAME=VALUE`` sets an environment variable instead of an override:
 ``env:EXPKIT_DEBUG_NO_TELEMETRY=1`` runs without the parent's NVML clock log;
 ``env:EXPKIT_DEBUG_PRETOUCH=1`` runs one tiny kernel and a sync before each block, outside
-its envelope, and logs how long that took (``pretouch ms``; 0 without it).
+its envelope, and logs how long that took (``pretouch ms``; 0 without it);
+``env:EXPKIT_DEBUG_TIMELINE=DIR`` writes the GPU records of each process's blocks 100, 101,
+200 and 201 to ``DIR/PID-N.txt`` (kind, tag, start and end ticks, stream), for
+``--timeline DIR`` to summarise.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ if os.environ.get("EXPKIT_DEBUG_BLOCKS"):
     _log = os.environ["EXPKIT_DEBUG_BLOCKS"]
     _sample = _ct.CudaTimer.sample
     _pretouch = bool(os.environ.get("EXPKIT_DEBUG_PRETOUCH"))
+    _timeline = os.environ.get("EXPKIT_DEBUG_TIMELINE")  # a folder: some blocks' GPU records, each process
+    _count = [0]
 
     def _logged_sample(self, fn, number):
         pre = 0.0
@@ -60,6 +65,12 @@ if os.environ.get("EXPKIT_DEBUG_BLOCKS"):
         out = _sample(self, fn, number)
         wall = time.perf_counter() - t0
         b = self.last_block
+        _count[0] += 1
+        got = (getattr(self, "last_attribution", None) or {}).get("recorded")
+        if _timeline and got is not None and _count[0] in (100, 101, 200, 201):
+            with open(os.path.join(_timeline, f"{os.getpid()}-{_count[0]}.txt"), "w") as f:
+                for g in got.records:
+                    f.write(f"{g.kind} {g.tag} {g.start} {g.end} {g.stream}\\n")
         if b is not None:
             with open(_log, "a") as f:
                 f.write(f"{os.getpid()} {b.calls} {b.chunks} {b.attempts} {b.queue_s:.7f} {b.hold_s:.7f} "
@@ -103,7 +114,34 @@ def summarise(rows: List[List[str]]) -> Dict[str, float]:
     }
 
 
+def timeline(folder: Path) -> None:
+    """Per block file (one chunk a block: tag 0 the hold, 1 the harness's lead and flushes,
+    2 and up the calls): the median GPU time of the harness's records and of the calls'
+    records, the median gap between consecutive records after the hold, and the time from
+    the hold's end to the last record's end, in us."""
+    print("| file | records | harness record us | call record us | gap us | after the hold us |")
+    print("|---|---|---|---|---|---|")
+    for f in sorted(folder.glob("*.txt")):
+        recs = sorted((int(s), int(e), t) for _, t, s, e, _ in (line.split() for line in f.read_text().splitlines()))
+        if not recs:
+            continue
+        harness = [e - s for s, e, t in recs if t == "1"]
+        calls = [e - s for s, e, t in recs if t not in ("None", "0", "1")]
+        hold_end = max((e for s, e, t in recs if t == "0"), default=recs[0][0])
+        after = [r for r in recs if r[0] >= hold_end]
+        gaps = [b[0] - a[1] for a, b in zip(after, after[1:])]
+
+        def med(xs: List[int]) -> str:
+            return f"{statistics.median(xs) / 1e3:.1f}" if xs else "-"
+
+        print(f"| {f.name} | {len(recs)} | {med(harness)} | {med(calls)} | {med(gaps)} | "
+              f"{(max(e for _, e, _ in recs) - hold_end) / 1e3:.1f} |")
+
+
 def main(argv: List[str]) -> int:
+    if argv[:1] == ["--timeline"]:
+        timeline(Path(argv[1]))
+        return 0
     if len(argv) < 2:
         print(__doc__)
         return 2
