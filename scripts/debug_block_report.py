@@ -22,8 +22,8 @@ default variants: the defences as shipped, and the same sides in one process
 ``env:EXPKIT_DEBUG_NO_TELEMETRY=1`` runs without the parent's NVML clock log;
 ``env:EXPKIT_DEBUG_PRETOUCH=1`` runs one tiny kernel and a sync before each block, outside
 its envelope, and logs how long that took (``pretouch ms``; 0 without it);
-``env:EXPKIT_DEBUG_TIMELINE=DIR`` writes the GPU records of each process's blocks 100, 101,
-200 and 201 to ``DIR/PID-N.txt`` (kind, tag, start and end ticks, stream), for
+``env:EXPKIT_DEBUG_TIMELINE=DIR`` writes the GPU records of each process's blocks 20, 21,
+40 and 41 to ``DIR/PID-N.txt`` (kind, tag, start and end ticks, stream), for
 ``--timeline DIR`` to summarise.
 """
 
@@ -61,13 +61,22 @@ if os.environ.get("EXPKIT_DEBUG_BLOCKS"):
             torch.cuda._sleep(1)
             torch.cuda.synchronize()
             pre = time.perf_counter() - p0
+        rec = getattr(self, "_recorder", None)
+        ts0 = rec._timestamp() if rec is not None else 0
         t0 = time.perf_counter()
         out = _sample(self, fn, number)
         wall = time.perf_counter() - t0
+        ts1 = rec._timestamp() if rec is not None else 0
         b = self.last_block
         _count[0] += 1
         got = (getattr(self, "last_attribution", None) or {}).get("recorded")
-        if _timeline and got is not None and _count[0] in (100, 101, 200, 201):
+        # On CUPTI's clock: from the sample's start to its block's first GPU record, and from
+        # its last GPU record to the sample's return (the recorder's flush inside it).
+        starts = [g.start for g in got.records if g.start] if got is not None else []
+        ends = [g.end for g in got.records if g.end] if got is not None else []
+        first_us = (min(starts) - ts0) / 1e3 if starts and ts0 else 0.0
+        last_us = (ts1 - max(ends)) / 1e3 if ends and ts1 else 0.0
+        if _timeline and got is not None and _count[0] in (20, 21, 40, 41):
             with open(os.path.join(_timeline, f"{os.getpid()}-{_count[0]}.txt"), "w") as f:
                 for g in got.records:
                     f.write(f"{g.kind} {g.tag} {g.start} {g.end} {g.stream}\\n")
@@ -75,7 +84,7 @@ if os.environ.get("EXPKIT_DEBUG_BLOCKS"):
             with open(_log, "a") as f:
                 f.write(f"{os.getpid()} {b.calls} {b.chunks} {b.attempts} {b.queue_s:.7f} {b.hold_s:.7f} "
                         f"{b.span_s:.7f} {b.envelope_s:.7f} {b.record_s:.7f} {wall:.7f} {int(b.hold_ok)} "
-                        f"{b.source} {pre:.7f}\\n")
+                        f"{b.source} {pre:.7f} {first_us:.1f} {last_us:.1f}\\n")
         return out
 
     _ct.CudaTimer.sample = _logged_sample
@@ -111,6 +120,8 @@ def summarise(rows: List[List[str]]) -> Dict[str, float]:
                                                         - float(r[col["record_s"]])) * 1e3),
         "hold ok": sum(int(r[wall_i + 1]) for r in rows) / len(rows),
         "pretouch ms": med(lambda r: float(r[wall_i + 3]) * 1e3),
+        "start to first record us": med(lambda r: float(r[wall_i + 4])),
+        "last record to return us": med(lambda r: float(r[wall_i + 5])),
     }
 
 
