@@ -11,14 +11,16 @@ GPU example) with expkit's CUDA timer, two "sides" taking turns block by block, 
 * ``one process``: both sides' timers and tensors in this process;
 * ``two processes``: each side in its own child process (``multiprocessing`` spawn),
   this process passing the turn over pipes, as the defended parent does;
-* ``two processes, kinds left on``: as above, with each recorder's activity kinds
-  enabled once and never disabled between blocks (its ``stop`` still flushes);
+* ``two processes, kinds left on``: as above, with each recorder's callbacks registered
+  and its activity kinds enabled once, never disabled between blocks (its ``stop`` still
+  flushes); ``one process, kinds left on`` likewise;
 * ``two processes, events``: as above with ``measure.timer=events``.
 
 Per arm and side: the medians over blocks of the envelope less the span (ms), the
 ``sample`` call's wall (ms), the recorder's host time after the block (ms) and the rest
 of the wall (the wall less the envelope and the recorder's time: the lead spin, the
-recorder's start, reading the events and the records' attribution to calls).
+recorder's start, reading the events and the records' attribution to calls), and the
+recorder's ``start`` alone (registering its callbacks and enabling its kinds).
 
     python scripts/debug_context_alternation.py [--blocks 60] [--calls 8] [--rounds 2]
 """
@@ -47,8 +49,18 @@ class Side:
         self.c = torch.empty_like(self.a)
         self.timer: Any = make_timer("cuda", MeasureSettings(timer=timer_kind))
         rec = getattr(self.timer, "_recorder", None)
-        if kinds_left_on and rec is not None:
-            rec._disable = lambda kind: None  # debug only: kinds stay enabled after the first start
+        self.start_s: List[float] = []
+        if rec is not None:
+            start = rec.start
+
+            def timed_start() -> None:
+                t = time.perf_counter()
+                start()
+                self.start_s.append(time.perf_counter() - t)
+                if kinds_left_on:  # debug only: registered and enabled once, never disabled
+                    rec._register = lambda *a: None
+                    rec._enable = rec._disable = lambda kind: None
+            rec.start = timed_start
         self.rows: List[Tuple[float, float, float, float]] = []
 
     def fn(self) -> None:
@@ -70,7 +82,8 @@ class Side:
         return {"envelope - span ms": statistics.median(r[0] for r in self.rows) * 1e3,
                 "sample wall ms": statistics.median(r[1] for r in self.rows) * 1e3,
                 "record ms": statistics.median(r[2] for r in self.rows) * 1e3,
-                "rest ms": statistics.median(r[3] for r in self.rows) * 1e3}
+                "rest ms": statistics.median(r[3] for r in self.rows) * 1e3,
+                "start ms": statistics.median(self.start_s[6:] or [float("nan")]) * 1e3}
 
 
 def child(conn: Any, timer_kind: str, kinds_left_on: bool) -> None:
@@ -85,8 +98,8 @@ def child(conn: Any, timer_kind: str, kinds_left_on: bool) -> None:
         conn.send("done")
 
 
-def one_process(blocks: int, calls: int) -> List[Dict[str, float]]:
-    sides = [Side("kernel", False), Side("kernel", False)]
+def one_process(blocks: int, calls: int, kinds_left_on: bool = False) -> List[Dict[str, float]]:
+    sides = [Side("kernel", kinds_left_on), Side("kernel", kinds_left_on)]
     for i in range(2 * blocks + 6):
         sides[i % 2].block(calls, i >= 6)
     return [s.summary() for s in sides]
@@ -129,15 +142,16 @@ def main(argv: List[str]) -> int:
     arms = [("two processes", lambda: two_processes(b, n, "kernel", False)),
             ("two processes, kinds left on", lambda: two_processes(b, n, "kernel", True)),
             ("two processes, events", lambda: two_processes(b, n, "events", False)),
-            ("one process", lambda: one_process(b, n))]  # last: this process then holds a context
+            ("one process", lambda: one_process(b, n)),  # last: this process then holds a context
+            ("one process, kinds left on", lambda: one_process(b, n, True))]
     print(f"{b} blocks a side, {n} calls a block, sides taking turns")
-    print("| round | arm | side | envelope - span ms | sample wall ms | record ms | rest ms |")
-    print("|---|---|---|---|---|---|---|")
+    print("| round | arm | side | envelope - span ms | sample wall ms | record ms | rest ms | recorder start ms |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in range(1, opts["--rounds"] + 1):
         for name, run in arms:
             for s, got in enumerate(run()):
                 cells = " | ".join(f"{got.get(k, float('nan')):.2f}" for k in
-                                   ("envelope - span ms", "sample wall ms", "record ms", "rest ms"))
+                                   ("envelope - span ms", "sample wall ms", "record ms", "rest ms", "start ms"))
                 print(f"| {r} | {name} | {s} | {cells} |", flush=True)
     return 0
 
