@@ -51,6 +51,26 @@ if os.environ.get("EXPKIT_DEBUG_BLOCKS"):
     _pretouch = bool(os.environ.get("EXPKIT_DEBUG_PRETOUCH"))
     _timeline = os.environ.get("EXPKIT_DEBUG_TIMELINE")  # a folder: some blocks' GPU records, each process
     _count = [0]
+    from expkit.timing import cupti_recorder as _cr
+
+    _push, _requested = _cr.CuptiRecorder.push, _cr.CuptiRecorder._requested
+    _marks = {"first_push": 0, "buffers": 0, "buffer_s": 0.0}
+
+    def _marked_push(self, tag):
+        if not _marks["first_push"]:
+            _marks["first_push"] = self._timestamp()
+        return _push(self, tag)
+
+    def _counted_requested(self):
+        t = time.perf_counter()
+        try:
+            return _requested(self)
+        finally:
+            _marks["buffers"] += 1
+            _marks["buffer_s"] += time.perf_counter() - t
+
+    _cr.CuptiRecorder.push = _marked_push
+    _cr.CuptiRecorder._requested = _counted_requested
 
     def _logged_sample(self, fn, number):
         pre = 0.0
@@ -62,6 +82,7 @@ if os.environ.get("EXPKIT_DEBUG_BLOCKS"):
             torch.cuda.synchronize()
             pre = time.perf_counter() - p0
         rec = getattr(self, "_recorder", None)
+        _marks.update(first_push=0, buffers=0, buffer_s=0.0)
         ts0 = rec._timestamp() if rec is not None else 0
         t0 = time.perf_counter()
         out = _sample(self, fn, number)
@@ -76,6 +97,7 @@ if os.environ.get("EXPKIT_DEBUG_BLOCKS"):
         ends = [g.end for g in got.records if g.end] if got is not None else []
         first_us = (min(starts) - ts0) / 1e3 if starts and ts0 else 0.0
         last_us = (ts1 - max(ends)) / 1e3 if ends and ts1 else 0.0
+        push_us = (_marks["first_push"] - ts0) / 1e3 if _marks["first_push"] and ts0 else 0.0
         if _timeline and got is not None and _count[0] in (20, 21, 40, 41):
             with open(os.path.join(_timeline, f"{os.getpid()}-{_count[0]}.txt"), "w") as f:
                 for g in got.records:
@@ -84,7 +106,8 @@ if os.environ.get("EXPKIT_DEBUG_BLOCKS"):
             with open(_log, "a") as f:
                 f.write(f"{os.getpid()} {b.calls} {b.chunks} {b.attempts} {b.queue_s:.7f} {b.hold_s:.7f} "
                         f"{b.span_s:.7f} {b.envelope_s:.7f} {b.record_s:.7f} {wall:.7f} {int(b.hold_ok)} "
-                        f"{b.source} {pre:.7f} {first_us:.1f} {last_us:.1f}\\n")
+                        f"{b.source} {pre:.7f} {first_us:.1f} {last_us:.1f} {push_us:.1f} {_marks['buffers']} "
+                        f"{_marks['buffer_s'] * 1e6:.1f}\\n")
         return out
 
     _ct.CudaTimer.sample = _logged_sample
@@ -122,6 +145,9 @@ def summarise(rows: List[List[str]]) -> Dict[str, float]:
         "pretouch ms": med(lambda r: float(r[wall_i + 3]) * 1e3),
         "start to first record us": med(lambda r: float(r[wall_i + 4])),
         "last record to return us": med(lambda r: float(r[wall_i + 5])),
+        "start to first push us": med(lambda r: float(r[wall_i + 6])),
+        "buffers asked a block": med(lambda r: float(r[wall_i + 7])),
+        "buffer callback us": med(lambda r: float(r[wall_i + 8])),
     }
 
 
