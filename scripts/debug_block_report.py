@@ -54,7 +54,32 @@ if os.environ.get("EXPKIT_DEBUG_BLOCKS"):
     from expkit.timing import cupti_recorder as _cr
 
     _push, _requested = _cr.CuptiRecorder.push, _cr.CuptiRecorder._requested
-    _marks = {"first_push": 0, "buffers": 0, "buffer_s": 0.0}
+    _start = _cr.CuptiRecorder.start
+    _marks = {"first_push": 0, "buffers": 0, "buffer_s": 0.0, "start_s": 0.0, "record_s": 0.0, "records": 0}
+
+    def _timed_start(self):
+        t = time.perf_counter()
+        try:
+            return _start(self)
+        finally:
+            _marks["start_s"] = time.perf_counter() - t
+
+    import torch as _torch
+
+    _record = _torch.cuda.Event.record
+
+    def _timed_record(self, *a, **k):  # the block's first event record (the lead's), timed
+        if _marks["records"]:
+            return _record(self, *a, **k)
+        t = time.perf_counter()
+        try:
+            return _record(self, *a, **k)
+        finally:
+            _marks["records"] += 1
+            _marks["record_s"] = time.perf_counter() - t
+
+    _torch.cuda.Event.record = _timed_record
+    _cr.CuptiRecorder.start = _timed_start
 
     def _marked_push(self, tag):
         if not _marks["first_push"]:
@@ -82,7 +107,7 @@ if os.environ.get("EXPKIT_DEBUG_BLOCKS"):
             torch.cuda.synchronize()
             pre = time.perf_counter() - p0
         rec = getattr(self, "_recorder", None)
-        _marks.update(first_push=0, buffers=0, buffer_s=0.0)
+        _marks.update(first_push=0, buffers=0, buffer_s=0.0, start_s=0.0, record_s=0.0, records=0)
         ts0 = rec._timestamp() if rec is not None else 0
         t0 = time.perf_counter()
         out = _sample(self, fn, number)
@@ -107,7 +132,7 @@ if os.environ.get("EXPKIT_DEBUG_BLOCKS"):
                 f.write(f"{os.getpid()} {b.calls} {b.chunks} {b.attempts} {b.queue_s:.7f} {b.hold_s:.7f} "
                         f"{b.span_s:.7f} {b.envelope_s:.7f} {b.record_s:.7f} {wall:.7f} {int(b.hold_ok)} "
                         f"{b.source} {pre:.7f} {first_us:.1f} {last_us:.1f} {push_us:.1f} {_marks['buffers']} "
-                        f"{_marks['buffer_s'] * 1e6:.1f}\\n")
+                        f"{_marks['buffer_s'] * 1e6:.1f} {_marks['start_s'] * 1e6:.1f} {_marks['record_s'] * 1e6:.1f}\\n")
         return out
 
     _ct.CudaTimer.sample = _logged_sample
@@ -148,6 +173,8 @@ def summarise(rows: List[List[str]]) -> Dict[str, float]:
         "start to first push us": med(lambda r: float(r[wall_i + 6])),
         "buffers asked a block": med(lambda r: float(r[wall_i + 7])),
         "buffer callback us": med(lambda r: float(r[wall_i + 8])),
+        "recorder start us": med(lambda r: float(r[wall_i + 9])),
+        "first event record us": med(lambda r: float(r[wall_i + 10])),
     }
 
 
