@@ -22,6 +22,8 @@ default variants: the defences as shipped, and the same sides in one process
 ``env:EXPKIT_DEBUG_NO_TELEMETRY=1`` runs without the parent's NVML clock log;
 ``env:EXPKIT_DEBUG_PRETOUCH=1`` runs one tiny kernel and a sync before each block, outside
 its envelope, and logs how long that took (``pretouch ms``; 0 without it);
+``env:EXPKIT_DEBUG_KINDS_ON=1`` leaves each recorder's activity kinds enabled after its
+first start (never disabled between blocks);
 ``env:EXPKIT_DEBUG_TIMELINE=DIR`` writes the GPU records of each process's blocks 20, 21,
 40 and 41 to ``DIR/PID-N.txt`` (kind, tag, start and end ticks, stream), for
 ``--timeline DIR`` to summarise.
@@ -57,12 +59,16 @@ if os.environ.get("EXPKIT_DEBUG_BLOCKS"):
     _start = _cr.CuptiRecorder.start
     _marks = {"first_push": 0, "buffers": 0, "buffer_s": 0.0, "start_s": 0.0, "record_s": 0.0, "records": 0}
 
+    _kinds_on = bool(os.environ.get("EXPKIT_DEBUG_KINDS_ON"))
+
     def _timed_start(self):
         t = time.perf_counter()
         try:
             return _start(self)
         finally:
             _marks["start_s"] = time.perf_counter() - t
+            if _kinds_on:  # a debug variant: kinds enabled by the first start, never disabled
+                self._enable = self._disable = lambda kind: None
 
     import torch as _torch
 
