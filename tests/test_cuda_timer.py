@@ -131,7 +131,7 @@ class FakeRecorder:
         self.stack: list[int] = []
         self.records: list[kt.GpuRecord] = []
         self.collecting = False
-        self.starts = self.recalibrations = 0
+        self.starts = self.recalibrations = self.closes = 0
         gpu.recorder = self
 
     def saw(self, stream: str, start: float, end: float, untagged: bool) -> None:
@@ -156,6 +156,9 @@ class FakeRecorder:
     def stop(self) -> kt.Recorded:
         self.collecting = False
         return kt.Recorded(() if self.silent else tuple(self.records), self.ticks_per_second, 1e-3)
+
+    def close(self) -> None:
+        self.closes += 1
 
     def recalibrate(self) -> float:
         self.recalibrations += 1
@@ -436,6 +439,17 @@ def test_ticks_of_another_clock_are_measured_again():
     assert rec.recalibrations == 1  # measured once, right since
 
 
+def test_closing_the_timer_closes_its_recorder():
+    gpu = FakeGpu()
+    rec = FakeRecorder(gpu)
+    t = make(gpu, cold=True, recorder=rec)
+    t.sample(gpu.op(warm_s=5 * US), 4)
+    assert rec.closes == 0
+    t.close()
+    assert rec.closes == 1
+    make(gpu, cold=True).close()  # no recorder: nothing to close
+
+
 def test_a_failing_recorder_costs_blocks_their_kernel_time_then_is_dropped():
     for rec_kw in ({"fail_start": True}, {"silent": True}):
         gpu = FakeGpu()
@@ -444,8 +458,10 @@ def test_a_failing_recorder_costs_blocks_their_kernel_time_then_is_dropped():
             per_call = t.sample(gpu.op(warm_s=5 * US), 4)
             assert t.last_timing.source == "events" and per_call == t.last_timing.call_seconds
             assert t.info.kind == "kernel"
+        rec = t._recorder
         t.sample(gpu.op(warm_s=5 * US), 4)
         assert t.info.kind == "events" and t.info.fallback.startswith("CUPTI stopped recording")
+        assert rec.closes == 1  # a dropped recorder leaves no kinds enabled behind it
         assert "kernel time was asked for" in t.method
         t.sample(gpu.op(warm_s=5 * US), 4)  # no recorder any more: plain events, no flags
         assert t.last_timing.flags == ()

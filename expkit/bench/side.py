@@ -295,6 +295,8 @@ class SideBench:
         pools wait on each other: ``benchmarks/results/worker_start/README.md``)."""
         case = next(c for c in self.lm.manifest.cases if c.name == case_name)
         self.exporter.release_exports()
+        if self.case is not None:  # a case that raised before it finished
+            self.case.close()
         threads = max(1, (os.cpu_count() or 1) // max(1, share))
         self.case = CaseState(self, case, run_seed, salt_seed, input_sets, keep_pristine, threads)
         info = getattr(self.case.timer, "info", None)
@@ -373,6 +375,8 @@ class SideBench:
 
     def finish_case(self) -> List[Finding]:
         cs, self.case = self.case, None
+        if cs is not None:
+            cs.close()
         self.exporter.release_exports()
         name = cs.name if cs is not None else None
         self.resources = cs.account.summary() if cs is not None and cs.account is not None else None
@@ -384,6 +388,8 @@ class SideBench:
         return out
 
     def close(self) -> None:
+        if self.case is not None:
+            self.case.close()
         self.exporter.release()
 
 
@@ -413,12 +419,19 @@ class CaseState:
         self._threads = 0
         self.leaked_threads = 0
         self.reported: set = set()
-        self.timer, self.per_call_hook = _timer(device, s, self.before, self.after, bench.defended)
+        from ..timing.factory import side_timer
+
+        self.timer = side_timer(device, s.measure, self.before, self.after, CLOCK)
+        self.per_call_hook = bool(self.timer.per_call_hook)
         # The cores a block's calls use (CPU): more than measure.cpu_threads allows is a
         # count of cores, not a speedup (checks.activity.ResourceAccount).
         self.account = (ResourceAccount(s.measure.cpu_threads, role=bench.role, case=case.name)
                         if device == "cpu" and bench.defended else None)
         self.call = self._make_call()
+
+    def close(self) -> None:
+        """The timer's blocks are done (its recorder keeps CUPTI's kinds enabled until then)."""
+        getattr(self.timer, "close", lambda: None)()
 
     def unreported(self, found: List[Finding]) -> List[Finding]:
         """Those of ``found`` this case has not reported yet (one per check and subject)."""
@@ -474,20 +487,6 @@ class CaseState:
             if CLOCK() >= end:
                 break
         self.leaked_threads = 0  # a pool started lazily starts here in a replicate's fresh process
-
-
-def _timer(device: str, s: Settings, before: Callable[[], None], after: Callable[[], None],
-           defended: bool) -> Tuple[Any, bool]:
-    """The timer for one side's blocks (:func:`expkit.timing.factory.make_timer`) and whether
-    it runs the per-call hook itself. A warm GPU block has no gap between calls: its
-    inputs are refreshed once per block, by :meth:`CaseState.begin`."""
-    from ..timing.factory import make_timer
-
-    if device == "cuda" and not s.measure.cold:
-        t = make_timer(device, s.measure, clock=CLOCK)
-    else:
-        t = make_timer(device, s.measure, before=before, after=after, clock=CLOCK)
-    return t, bool(t.per_call_hook)
 
 
 def _is_tensor(v: Any) -> bool:

@@ -80,11 +80,10 @@ How a block is timed
 
 Why no CUDA graph
 -----------------
-Replaying a captured graph of the calls would hide launch gaps too, but replay runs
-none of ``fn``'s Python: the measurement loop's input rotation would not advance
-(every replay reads the buffers captured at capture time), host-side work or checks
-inside ``fn`` would vanish, and ops that synchronise cannot be captured at all. The
-hold gives the same back-to-back execution with ``fn`` really called every time.
+Replaying a captured graph would hide launch gaps too, but runs none of ``fn``'s Python
+(the input rotation would not advance, host-side work and checks would vanish) and cannot
+capture ops that synchronise; the hold gives the same back-to-back execution with ``fn``
+really called every time.
 
 Measured bias (H200, torch 2.11, 2026-11-21; benchmarks/README.md)
 -----------------------------------------------------------------
@@ -203,13 +202,10 @@ class CudaTimer:
         self._set_method()
 
     def _set_method(self) -> None:
-        mode = f"cold ({self._device.describe_flush()}; one event pair per call)" if self.cold else (
-            "warm (back-to-back calls; one event pair per block)"
-        )
-        events = (
-            f"cuda-events {mode}; stream held by a torch.cuda._sleep spin while queuing (checked); "
-            "device-wide synchronize before reading events, host-wall fallback on work outside the stream"
-        )
+        mode = (f"cold ({self._device.describe_flush()}; one event pair per call)" if self.cold
+                else "warm (back-to-back calls; one event pair per block)")
+        events = (f"cuda-events {mode}; stream held by a torch.cuda._sleep spin while queuing (checked); "
+                  "device-wide synchronize before reading events, host-wall fallback on work outside the stream")
         if self._recorder is not None:
             self.method = (f"kernel time: {self._recorder.describe()}, each call's span from its first kernel's "
                            f"start to its last kernel's end; call time beside it: {events}")
@@ -218,7 +214,12 @@ class CudaTimer:
         else:
             self.method = events
 
+    def close(self) -> None:
+        """Done with the blocks: a recorder that keeps CUPTI's kinds enabled disables them."""
+        getattr(self._recorder, "close", lambda: None)()
+
     def _drop_recorder(self, why: str) -> None:
+        self.close()
         self._recorder = None
         self.info = TimerInfo(EVENTS, self.info.requested, f"CUPTI stopped recording: {why}")
         self._set_method()

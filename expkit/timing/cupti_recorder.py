@@ -22,13 +22,26 @@ External ids are ``base + tag`` with a random 32-bit ``base`` per recorder, push
 on the external-correlation kind ``CUSTOM2``: Kineto (torch.profiler) uses ``CUSTOM0``
 and ``CUSTOM1``, and an id another tool pushed can then never pass for one of ours.
 
-Collection is on only between :meth:`~CuptiRecorder.start` and
+By default collection is on only between :meth:`~CuptiRecorder.start` and
 :meth:`~CuptiRecorder.stop` (one timed block): ``start`` registers the buffer
 callbacks again (torch.profiler registers its own while it runs) and enables the
 kinds; ``stop`` flushes (every buffer is handed to :meth:`_completed`, which copies
 the few fields it needs out of each record: the buffer is reused afterwards) and
 disables them, so nothing is collected while the preflight profiles with
 torch.profiler or the bench does its checks between blocks.
+
+With ``keep_enabled`` (the bench's timers, which close theirs when a case is done)
+``stop`` flushes and leaves the kinds enabled until :meth:`~CuptiRecorder.close`: the
+first CUDA call after the kinds are enabled cost about 1 ms of host time (0.7-1.05 ms
+on H200s, every block, in a worker and in one process alike), and a worker whose kinds
+were enabled anew each block spent 2-2.9 ms a block more than one whose kinds stayed
+enabled, where the same sides in one process spent 0-1 ms more
+(``benchmarks/results/gpu_block_cost/kinds-on/``). What runs between blocks is then
+recorded too and arrives with the next block's records: launched before that block's
+holds, it ends before their windows open and is neither a call's record nor foreign
+(:mod:`.kernel_time`). A flush that brings no record at all (something else disabled
+the kinds: torch.profiler does when it stops) makes the next ``start`` enable them
+again.
 
 Measured cost (H100, scripts/probe_kernel_time.py, blocks of 64 calls): the forced
 flush with this module's kind of parsing took 2-3.5 ms a block and queuing a call
@@ -44,6 +57,7 @@ otherwise it keeps the measured rate (see :mod:`.kernel_time`).
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 import types
@@ -64,6 +78,13 @@ QUIET_RUNTIME_APIS = (
 )
 
 TAG_SPAN = 1 << 32
+
+#: The process whose CUPTI activity kinds a recorder of this module left enabled (None: none).
+#: The kinds are the process's, not a recorder's: two recorders in one process (both sides,
+#: ``defences.isolate=false``) share them, and one's ``close`` disables them for the other,
+#: whose next ``start`` then enables them again. Keyed by pid, so that a forked child never
+#: takes its parent's kinds for its own.
+_ENABLED_IN: List[Optional[int]] = [None]
 SNAP = 0.002
 
 
@@ -145,7 +166,7 @@ class CuptiRecorder:
     :class:`RecorderUnavailable` with the reason when any of that fails."""
 
     def __init__(self, *, buffer_bytes: int = 8 << 20, quiet: bool = False, names: bool = False,
-                 calibrate_s: float = 0.02) -> None:
+                 calibrate_s: float = 0.02, keep_enabled: bool = False) -> None:
         try:
             from cupti import cupti
         except Exception as e:  # ImportError, or a libcupti that does not load
@@ -182,6 +203,8 @@ class CuptiRecorder:
         self._raw: List[Raw] = []
         self._collecting = False
         self._registered = False
+        #: Leave the kinds enabled from one block to the next, until :meth:`close` (module docstring).
+        self.keep_enabled = keep_enabled
         self._depth = 0
         self.ticks_per_second = 1e9
         try:
@@ -212,10 +235,12 @@ class CuptiRecorder:
             # the ones CUPTI calls, the block would have no record of its hold and fall
             # back to events (three such blocks and the timer drops the recorder).
         self._registered = True
-        for k in self._kinds:
-            self._enable(k)
-        if self._quiet:
-            self._quiet_runtime()
+        if _ENABLED_IN[0] != os.getpid():
+            for k in self._kinds:
+                self._enable(k)
+            if self._quiet:
+                self._quiet_runtime()
+            _ENABLED_IN[0] = os.getpid()
         self._collecting = True
 
     def push(self, tag: int) -> None:
@@ -233,18 +258,33 @@ class CuptiRecorder:
         try:
             self._flush(1)
         finally:
-            for k in self._kinds:
-                try:
-                    self._disable(k)
-                except Exception:
-                    pass
+            if not self.keep_enabled:
+                self._disable_kinds()
             self._collecting = False
+        if not (self._raw or self._ext or self._api):
+            _ENABLED_IN[0] = None  # nothing came: the kinds may have been disabled behind our back
         records = join(self._raw, self._ext, self._base, self._api)
         tagged = tagged_calls(self._ext, self._base, self._api)
         self._raw.clear()
         self._ext.clear()
         self._api.clear()
         return Recorded(records, self.ticks_per_second, time.perf_counter() - t0, tagged=tagged)
+
+    def close(self) -> None:
+        """Stop collecting and disable the kinds (a recorder that keeps them enabled between
+        blocks must be closed once its blocks are done); a later ``start`` enables them again."""
+        if self._collecting:
+            self.stop()
+        if _ENABLED_IN[0] == os.getpid():
+            self._disable_kinds()
+
+    def _disable_kinds(self) -> None:
+        for k in self._kinds:
+            try:
+                self._disable(k)
+            except Exception:
+                pass
+        _ENABLED_IN[0] = None
 
     def recalibrate(self) -> float:
         """Ticks of CUPTI's clock per second of the host's, measured over ``calibrate_s``."""
