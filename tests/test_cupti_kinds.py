@@ -95,8 +95,10 @@ def test_kept_enabled_the_kinds_are_enabled_once_and_disabled_at_close(fake):
     rec = CuptiRecorder(keep_enabled=True)
     blocks(rec, fake, 3)
     assert fake.count("enable") == 6 and fake.count("disable") == 0 and fake.count("flush") == 3
+    fake.kernel()  # made after the last block: flushed by close, never left in CUPTI
     rec.close()
-    assert fake.count("disable") == 6
+    assert fake.count("disable") == 6 and fake.log[-7] == ("flush",) and fake.pending == []
+    assert rec._raw == []  # and dropped
     rec.close()  # closing again disables nothing more
     assert fake.count("disable") == 6
     blocks(rec, fake, 1)  # a start after close enables them again

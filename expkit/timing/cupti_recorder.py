@@ -271,12 +271,21 @@ class CuptiRecorder:
         return Recorded(records, self.ticks_per_second, time.perf_counter() - t0, tagged=tagged)
 
     def close(self) -> None:
-        """Stop collecting and disable the kinds (a recorder that keeps them enabled between
-        blocks must be closed once its blocks are done); a later ``start`` enables them again."""
+        """Stop collecting, flush and disable the kinds (a recorder that keeps them enabled
+        between blocks must be closed once its blocks are done); a later ``start`` enables
+        them again. The flush matters: a buffer of records made since the last block, left
+        in CUPTI, went to the next tool to register (torch.profiler in the next run's
+        preflight, which then saw no kernel at all: H200, 2026-11-26)."""
         if self._collecting:
             self.stop()
         if _ENABLED_IN[0] == os.getpid():
-            self._disable_kinds()
+            try:
+                self._flush(1)
+            finally:
+                self._disable_kinds()
+        self._raw.clear()
+        self._ext.clear()
+        self._api.clear()
 
     def _disable_kinds(self) -> None:
         for k in self._kinds:
