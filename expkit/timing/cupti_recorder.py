@@ -32,10 +32,10 @@ torch.profiler or the bench does its checks between blocks.
 
 With ``keep_enabled`` (the bench's timers, which close theirs when a case is done)
 ``stop`` flushes and leaves the kinds enabled until :meth:`~CuptiRecorder.close`: the
-first CUDA call after the kinds are enabled cost about 1 ms of host time (0.7-1.05 ms
-on H200s, every block, in a worker and in one process alike), and a worker whose kinds
-were enabled anew each block spent 2-2.9 ms a block more than one whose kinds stayed
-enabled, where the same sides in one process spent 0-1 ms more
+first CUDA call after the kinds are enabled cost 0.4-1.05 ms of host time on H200s,
+every block, in a worker and in one process, and a worker whose kinds were enabled anew
+each block spent 2-2.9 ms a block more than one whose kinds stayed enabled, where the
+same sides in one process spent 0-1 ms more
 (``benchmarks/results/gpu_block_cost/kinds-on/``). What runs between blocks is then
 recorded too and arrives with the next block's records: launched before that block's
 holds, it ends before their windows open and is neither a call's record nor foreign
