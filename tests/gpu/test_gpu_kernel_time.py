@@ -256,18 +256,22 @@ def test_torch_profiler_before_the_recorder_leaves_the_spans_right():
     assert ratio == pytest.approx(1.0, rel=0.01), ratio
 
 
-def test_torch_profiler_after_the_recorder_still_sees_kernels():
+def profiled_kernels(adds: int = 10) -> int:
+    """GPU kernels torch.profiler sees over ``adds`` in-place adds."""
     from torch.profiler import ProfilerActivity, profile
 
-    timer = CudaTimer(cold=True, recorder=recorder())
-    kernel_median(timer, spin(100_000), number=8, samples=2)
     x = torch.randn(1 << 20, device="cuda")
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(10):
+        for _ in range(adds):
             x.add_(1)
         torch.cuda.synchronize()
-    kernels = [e for e in prof.profiler.kineto_results.events() if str(e.device_type()).endswith("CUDA")]
-    assert len(kernels) >= 10, len(kernels)
+    return sum(1 for e in prof.profiler.kineto_results.events() if str(e.device_type()).endswith("CUDA"))
+
+
+def test_torch_profiler_after_the_recorder_still_sees_kernels():
+    timer = CudaTimer(cold=True, recorder=recorder())
+    kernel_median(timer, spin(100_000), number=8, samples=2)
+    assert profiled_kernels() >= 10
     # and the recorder still works after it
     kernel_median(timer, spin(100_000), number=8, samples=2)
 
@@ -291,13 +295,4 @@ def test_kinds_kept_enabled_between_blocks_keep_each_blocks_kernel_time_and_clos
             assert (cupti_recorder._ENABLED_IN[0] == os.getpid()) == keep, (keep, i)
         t.close()
         assert cupti_recorder._ENABLED_IN[0] is None
-
-    from torch.profiler import ProfilerActivity, profile
-
-    x = torch.randn(1 << 20, device="cuda")
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(10):
-            x.add_(1)
-        torch.cuda.synchronize()
-    kernels = [e for e in prof.profiler.kineto_results.events() if str(e.device_type()).endswith("CUDA")]
-    assert len(kernels) >= 10, len(kernels)
+    assert profiled_kernels() >= 10
