@@ -37,9 +37,11 @@ every block, in a worker and in one process, and a worker whose kinds were enabl
 each block spent 2-2.9 ms a block more than one whose kinds stayed enabled, where the
 same sides in one process spent 0-1 ms more
 (``benchmarks/results/gpu_block_cost/kinds-on/``). What runs between blocks is then
-recorded too and arrives with the next block's records: launched before that block's
-holds, it ends before their windows open and is neither a call's record nor foreign
-(:mod:`.kernel_time`). A flush that brings no record at all (something else disabled
+recorded too and arrives with the next block's records, under no tag of that block:
+on the harness's stream it ends before the block's lead spin starts, outside every
+chunk's window, and is neither a call's record nor foreign; on another stream, still
+running once a chunk's window opens, it is foreign, as it should be (:mod:`.kernel_time`).
+A flush that brings no record at all (something else disabled
 the kinds: torch.profiler does when it stops) makes the next ``start`` enable them
 again.
 
@@ -78,6 +80,7 @@ QUIET_RUNTIME_APIS = (
 )
 
 TAG_SPAN = 1 << 32
+SNAP = 0.002
 
 #: The process whose CUPTI activity kinds a recorder of this module left enabled (None: none).
 #: The kinds are the process's, not a recorder's: two recorders in one process (both sides,
@@ -85,7 +88,6 @@ TAG_SPAN = 1 << 32
 #: whose next ``start`` then enables them again. Keyed by pid, so that a forked child never
 #: takes its parent's kinds for its own.
 _ENABLED_IN: List[Optional[int]] = [None]
-SNAP = 0.002
 
 
 @dataclass(frozen=True)

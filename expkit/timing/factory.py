@@ -53,9 +53,9 @@ def make_timer(device: str, measure: MeasureSettings, *, before: Optional[Callab
       records kernel time through ``recorder()`` (CUPTI by default); when that raises
       :class:`~.kernel_time.RecorderUnavailable` the timer uses CUDA events and its
       ``info.fallback`` says ``"CUPTI unavailable: <why>"``. With ``keep_recording`` the
-      recorder keeps its activity kinds enabled between blocks (the first CUDA call of a
-      block then no longer pays for enabling them: :mod:`.cupti_recorder`), and the caller must ``close()`` the timer when
-      its blocks are done.
+      recorder keeps its activity kinds enabled between blocks (a block's first CUDA call
+      then no longer pays for enabling them: :mod:`.cupti_recorder`), and the caller must
+      ``close()`` the timer when its blocks are done.
 
     Every timer returned has ``sample(fn, number)`` (seconds per call: the verdict's
     figure), ``method`` (a sentence for the report), ``info`` (a
