@@ -1,0 +1,127 @@
+"""What isolating the two sides costs by itself, with every check of the defences made free.
+
+Issue 13 asks both for worker processes (the candidate never shares an interpreter with
+the baseline) and for the defences to cost at most 5% (honest-win) and 10% (a
+few-microsecond op) of the wall time. This measures the first alone: each manifest at a
+pinned budget (``measure=quick measure.max_seconds=S measure.target_ci=0``), the
+measurement phase (``result.json``'s ``measure`` stage) in three variants, alternating:
+
+* ``defended``: as shipped (workers started by ``fork``, as the other two);
+* ``isolation only``: the same workers and replicates, with the per-block checks replaced
+  by no-ops in the workers (threads, child processes, tamper and settings, the CPU
+  account and its wait for the harness's pool), no fresh inputs
+  (``defences.fresh=off``) and no rechecks (``defences.recheck_budget=0
+  defences.min_rechecks=0``): what is left is the hand-over between processes each round,
+  the workers' own case set-up and, with ``measure.processes`` over 1, a fresh pair of
+  workers per replicate;
+* ``undefended``: both sides in this process, no checks (``defences.enabled=false``).
+
+The checks are replaced in this script's own process before the CLI runs, and reach the
+workers because they are forked from it (``defences.start_method=fork``). Prints, per
+manifest, the median and range of each variant's measurement phase and its excess over
+the undefended median.
+
+    python benchmarks/isolation_floor.py [MANIFEST ...] [--rounds 3] [--max-seconds 2] [-- k=v ...]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT = [ROOT / "manifests/examples/cpu/honest-win.yaml", ROOT / "tests/adversarial/cpu/honest_gemv.yaml"]
+FLAG = "EXPKIT_ISOLATION_ONLY"
+VARIANTS = {
+    "defended": ([], {}),
+    "isolation only": (["defences.fresh=off", "defences.recheck_budget=0", "defences.min_rechecks=0"], {FLAG: "1"}),
+    "undefended": (["defences.enabled=false"], {}),
+}
+
+
+def free_checks() -> None:
+    """Replace the per-block checks with no-ops in this process (and in workers it forks)."""
+    from expkit.bench import serve, side
+    from expkit.checks import activity
+
+    side.settle = lambda reader, **k: 0.0
+    side.after_block = lambda *a, **k: []
+    side.opening = serve.opening = lambda defended: None
+    activity.ResourceAccount.begin = lambda self: None
+    activity.ResourceAccount.end = lambda self: None
+
+
+def cli(argv: Sequence[str]) -> int:
+    """``expkit`` itself, after :func:`free_checks` where the environment asks for it."""
+    sys.path.insert(0, str(ROOT))
+    if os.environ.get(FLAG):
+        free_checks()
+    from expkit.cli.commands import main
+
+    return main(list(argv))
+
+
+def run_once(manifest: Path, variant: str, max_seconds: float, extra: List[str], out: Path) -> float:
+    """One run of ``manifest`` in ``variant``: its measurement phase, seconds."""
+    overrides, env = VARIANTS[variant]
+    args = [sys.executable, __file__, "--cli", "run", str(manifest), "measure=quick",
+            f"measure.max_seconds={max_seconds}", "measure.target_ci=0.0", *overrides, *extra, "--out", str(out),
+            "--quiet"]
+    if variant != "undefended":
+        args.insert(-3, "defences.start_method=fork")
+    subprocess.run(args, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   check=False)
+    return float(json.loads((out / "result.json").read_text())["stages"]["measure"])
+
+
+def table(rows: Dict[str, Dict[str, List[float]]]) -> List[str]:
+    out = ["| manifest | variant | runs | measurement phase s (median, min-max) | over the undefended |",
+           "|---|---|---|---|---|"]
+    for m, got in rows.items():
+        base = statistics.median(got["undefended"])
+        for v in VARIANTS:
+            xs = got[v]
+            med = statistics.median(xs)
+            over = "" if v == "undefended" else f"{med / base - 1:+.1%}"
+            out.append(f"| {m} | {v} | {len(xs)} | {med:.2f} ({min(xs):.2f}-{max(xs):.2f}) | {over} |")
+    return out
+
+
+def main(argv: List[str]) -> int:
+    if argv[:1] == ["--cli"]:
+        return cli(argv[1:])
+    extra: List[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    opts = {"--rounds": 3.0, "--max-seconds": 2.0}
+    rest = []
+    i = 0
+    while i < len(argv):
+        if argv[i] in opts:
+            opts[argv[i]] = float(argv[i + 1])
+            i += 2
+        else:
+            rest.append(argv[i])
+            i += 1
+    manifests = [Path(m) for m in rest] or DEFAULT
+    rows: Dict[str, Dict[str, List[float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for m in manifests:
+            got: Dict[str, List[float]] = {v: [] for v in VARIANTS}
+            for r in range(int(opts["--rounds"])):
+                for k, v in enumerate(VARIANTS):
+                    got[v].append(run_once(m, v, opts["--max-seconds"], extra, Path(tmp) / f"{m.stem}-{r}-{k}"))
+            rows[m.name] = got
+    print("\n".join(table(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
