@@ -13,7 +13,9 @@ GPU example) with expkit's CUDA timer, two "sides" taking turns block by block, 
   this process passing the turn over pipes, as the defended parent does;
 * ``two processes, kinds left on``: as above, with each recorder's callbacks registered
   and its activity kinds enabled once, never disabled between blocks (its ``stop`` still
-  flushes); ``one process, kinds left on`` likewise;
+  flushes); ``one process, kinds left on`` likewise, but there the second side's callbacks,
+  registered last, receive both sides' records: the first side's blocks have none (its
+  ``record ms`` reads 0) and only the second side's row is a reading;
 * ``two processes, events``: as above with ``measure.timer=events``.
 
 Per arm and side: the medians over blocks of the envelope less the span (ms), the
