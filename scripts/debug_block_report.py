@@ -9,9 +9,13 @@ the attempts (a block whose hold did not outlast the queuing runs again) and the
 recorder's host time after the block. This runs ``expkit run MANIFEST`` once per variant
 and round as a fresh command with a ``sitecustomize`` module first on its path which, in
 every process of the run, wraps ``CudaTimer.sample`` and appends each block's account and
-the wall of the whole ``sample`` call to a log. Then prints, per variant and round, the
-blocks and processes logged and the medians per block, and per call where the figure is
-per call.
+the wall of the whole ``sample`` call to a log, with the recorder's ``start``, the block's
+first event record (the first CUDA call after the recorder's start), the first tag pushed
+and CUPTI's buffer requests, each timed, and on CUPTI's clock the time from the sample's
+start to the block's first GPU record and from its last GPU record to the sample's return
+(those two edges compare clocks that CUPTI lines up per process: they disagreed between
+processes, read them within one). Then prints, per variant and round, the blocks and
+processes logged and the medians per block (the queuing per call).
 
     python scripts/debug_block_report.py MANIFEST OUT_DIR [--rounds 2] [-- "k=v k=v" ; "k=v" ...]
 
@@ -151,7 +155,7 @@ if os.environ.get("EXPKIT_DEBUG_NO_TELEMETRY"):  # the parent's NVML clock log o
 
 
 def summarise(rows: List[List[str]]) -> Dict[str, float]:
-    """Medians per block (and per call for the queuing and the wall beyond the envelope)."""
+    """Medians per block (the queuing per call), from the hook's log lines."""
     if not rows:
         return {}
     col = {name: i + 1 for i, name in enumerate(FIELDS)}
