@@ -26,6 +26,7 @@ the undefended median.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -100,24 +101,18 @@ def main(argv: List[str]) -> int:
     if "--" in argv:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
-    opts = {"--rounds": 3.0, "--max-seconds": 2.0}
-    rest = []
-    i = 0
-    while i < len(argv):
-        if argv[i] in opts:
-            opts[argv[i]] = float(argv[i + 1])
-            i += 2
-        else:
-            rest.append(argv[i])
-            i += 1
-    manifests = [Path(m) for m in rest] or DEFAULT
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("manifests", nargs="*", type=Path, default=DEFAULT)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--max-seconds", type=float, default=2.0)
+    args = p.parse_args(argv)
     rows: Dict[str, Dict[str, List[float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for m in manifests:
+        for m in args.manifests:
             got: Dict[str, List[float]] = {v: [] for v in VARIANTS}
-            for r in range(int(opts["--rounds"])):
+            for r in range(args.rounds):
                 for k, v in enumerate(VARIANTS):
-                    got[v].append(run_once(m, v, opts["--max-seconds"], extra, Path(tmp) / f"{m.stem}-{r}-{k}"))
+                    got[v].append(run_once(m, v, args.max_seconds, extra, Path(tmp) / f"{m.stem}-{r}-{k}"))
             rows[m.name] = got
     print("\n".join(table(rows)))
     return 0
