@@ -148,7 +148,7 @@ def test_a_failing_peak_reading_never_fails_the_request(monkeypatch):
         def reset_peak_memory_stats(self):
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
-        max_memory_allocated = max_memory_reserved = reset_peak_memory_stats
+        memory_stats_as_nested_dict = reset_peak_memory_stats
 
     book = ledger.Ledger("cuda")
     monkeypatch.setattr(book, "_cuda", lambda: Broken())
@@ -163,18 +163,15 @@ def test_the_ledger_keeps_what_each_request_found_already_allocated(monkeypatch)
     requests left behind), the largest over the request's calls; absent from a ledger
     written before the field existed, and merged as the larger."""
     class Fake:
+        """torch.cuda's nested statistics, as ``memory_stats_as_nested_dict`` returns them."""
         allocated = 0
 
-        def memory_allocated(self):
-            return self.allocated
+        def memory_stats_as_nested_dict(self):
+            return {"allocated_bytes": {"all": {"current": self.allocated, "peak": self.allocated + 5}},
+                    "reserved_bytes": {"all": {"current": 0, "peak": self.allocated + 5}}}
 
         def reset_peak_memory_stats(self):
             pass
-
-        def max_memory_allocated(self):
-            return self.allocated + 5
-
-        max_memory_reserved = max_memory_allocated
 
     fake = Fake()
     book = ledger.Ledger("cuda")
@@ -189,3 +186,22 @@ def test_the_ledger_keeps_what_each_request_found_already_allocated(monkeypatch)
     assert ledger.merge(old, old)["prepare"].get("held_allocated") is None
     assert "held_allocated" not in ledger.merge(old, old)["prepare"]
     assert ledger.merge(old, book.to_dict())["prepare"]["held_allocated"] == 700
+
+
+def test_a_statistic_the_allocator_does_not_keep_is_unknown_not_zero(monkeypatch):
+    """An allocator without statistics (torch returns an empty dict, as for a pluggable
+    allocator) leaves the device peaks unknown; the request is still counted."""
+    class Bare:
+        def memory_stats_as_nested_dict(self):
+            return {}
+
+        def reset_peak_memory_stats(self):
+            pass
+
+    book = ledger.Ledger("cuda")
+    monkeypatch.setattr(book, "_cuda", lambda: Bare())
+    book.start()
+    book.stop("block")
+    row = book.to_dict()["block"]
+    assert row["count"] == 1
+    assert row["held_allocated"] is None and row["peak_allocated"] is None and row["peak_reserved"] is None
