@@ -15,8 +15,8 @@ long each stage took, without a profiler.
 Reading the peaks happens between requests, never inside a timed block. It reads the
 allocator's statistics once at each end, as torch returns them (nested): torch's
 ``memory_allocated`` and ``max_memory_*`` each flatten every statistic into a sorted dict,
-and the three of them with the reset cost 214-222 us a request on an H200 against 12.6-12.8
-us for one nested read (``benchmarks/results/h200-2026-11-26/README.md``).
+which cost 181-184 us a request on an H200 against 27-28 us for the nested reads
+(``benchmarks/results/h200-2026-11-26/README.md``).
 """
 
 from __future__ import annotations
