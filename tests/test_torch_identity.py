@@ -51,6 +51,27 @@ def test_the_hot_check_sees_a_swapped_code_object_and_a_replaced_module_function
     assert snap.changed(hot_only=True) == []
 
 
+def test_the_hot_check_sees_an_inherited_method_shadowed_and_a_module_function_removed(monkeypatch):
+    """``torch.Tensor.clone`` lives on a base class: assigning ``torch.Tensor.clone`` puts a
+    new one in front of it without touching the original, and the hot check still sees it;
+    a watched function deleted from its module is reported removed."""
+    from expkit.checks import oracles
+
+    snap = tamper.FunctionSnapshot.take()
+    assert snap.changed(hot_only=True) == []
+    assert "clone" not in vars(torch.Tensor)  # inherited, as the check assumes
+    monkeypatch.setattr(torch.Tensor, "clone", lambda self, **k: self, raising=False)
+    assert "torch.Tensor.clone (replaced)" in snap.changed(hot_only=True)
+    monkeypatch.undo()
+    assert snap.changed(hot_only=True) == []
+    name = next(a for a, v in vars(oracles).items()
+                if callable(v) and getattr(v, "__module__", None) == oracles.__name__ and hasattr(v, "__code__"))
+    monkeypatch.delattr(oracles, name)
+    assert f"expkit.checks.oracles.{name} (removed)" in snap.changed(hot_only=True)
+    monkeypatch.undo()
+    assert snap.changed(hot_only=True) == []
+
+
 def test_the_baselines_callables_come_from_its_ops():
     names = tamper.torch_callables_for(["aten::softmax", "aten::linear", "aten::add_", "aten::_softmax",
                                         "aten::mm.out", "expkit::op", "aten::no_such_op"])

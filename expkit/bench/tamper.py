@@ -23,10 +23,12 @@ the harness's own work beside the candidate.
 
 from __future__ import annotations
 
+import operator
 import os
 import sys
 import types
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, Dict, Iterable, List, Tuple
 
 TAMPER = "tamper"
@@ -172,17 +174,25 @@ class _Hot:
     """The hot subset, checked after every timed block, read the fast way: each entry's
     namespace (a module's ``__dict__``, or for a class the ``__dict__`` of the class in
     its MRO that defines the attribute; both stay live) and its function object are
-    looked up once, so the per-block check is a few dictionary reads and two identity
-    tests an entry. An inherited attribute (``torch.Tensor.clone`` lives on
-    ``TensorBase``) is also checked absent from the classes before it in the MRO, where
-    an assignment to ``torch.Tensor.clone`` would put it. A difference found that way is
-    re-read by :func:`_changed`, which gives the reason; entries whose container is
-    neither module nor class take the slow way every time."""
+    looked up once, and each check is three passes that run in C (``map`` of
+    ``operator`` functions under ``any``): every entry's object read back from its
+    namespace and tested for identity, every function's ``__code__`` for identity, and
+    every class before the defining one in an inherited attribute's MRO (``torch.Tensor.clone``
+    lives on ``TensorBase``) for holding the attribute, where an assignment to
+    ``torch.Tensor.clone`` would put it. A difference found that way is re-read by
+    :func:`_changed`, which gives the reason; entries whose container is neither module
+    nor class take the slow way every time."""
 
     def __init__(self, entries: List[Tuple[str, Tuple[Any, str, Any, Any]]]) -> None:
-        self.fast: List[Tuple[Tuple[Any, ...], Any, str, Any, Any, Any]] = []
         self.slow: List[Tuple[str, Tuple[Any, str, Any, Any]]] = []
         self.names: List[Tuple[str, Tuple[Any, str, Any, Any]]] = []
+        spaces: List[Any] = []
+        attrs: List[str] = []
+        objs: List[Any] = []
+        fns: List[Any] = []
+        codes: List[Any] = []
+        shadows: List[Any] = []
+        shadowed: List[str] = []
         for name, e in entries:
             container, attr, obj, code = e
             found = _defining(container, attr)
@@ -190,17 +200,34 @@ class _Hot:
                 self.slow.append((name, e))
                 continue
             before, ns = found
-            fn = getattr(obj, "__func__", obj)
-            if isinstance(fn, property):
-                fn = fn.fget
-            self.fast.append((before, ns, attr, obj, fn if code is not None else None, code))
+            spaces.append(ns)
+            attrs.append(attr)
+            objs.append(obj)
+            if code is not None:
+                fn = getattr(obj, "__func__", obj)
+                fns.append(fn.fget if isinstance(fn, property) else fn)
+                codes.append(code)
+            shadows.extend(before)
+            shadowed.extend([attr] * len(before))
             self.names.append((name, e))
+        self._read = (tuple(spaces), tuple(attrs), tuple(objs))
+        self._code = (tuple(fns), tuple(codes))
+        self._shadow = (tuple(shadows), tuple(shadowed))
+
+    def _moved(self) -> bool:
+        spaces, attrs, objs = self._read
+        fns, codes = self._code
+        shadows, shadowed = self._shadow
+        try:
+            return (any(map(operator.is_not, map(operator.getitem, spaces, attrs), objs))
+                    or any(map(operator.is_not, map(getattr, fns, repeat("__code__")), codes))
+                    or any(map(operator.contains, shadows, shadowed)))
+        except Exception:  # an entry removed from its namespace (KeyError), or stranger: the slow way says
+            return True
 
     def changed(self) -> List[str]:
-        for i, (before, ns, attr, obj, fn, code) in enumerate(self.fast):
-            if (ns.get(attr) is not obj or (code is not None and getattr(fn, "__code__", None) is not code)
-                    or (before and any(attr in b for b in before))):
-                return _changed(self.names[i:]) + _changed(self.slow)
+        if self._moved():
+            return _changed(self.names) + _changed(self.slow)
         return _changed(self.slow) if self.slow else []
 
 
