@@ -363,6 +363,46 @@ def test_channel_round_trip_and_every_kind_of_forgery():
         os.close(fd)
 
 
+def _frames(path, key, bodies):
+    """The bytes a channel with ``key`` writes for ``bodies``, in order (into a file: no reader needed)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    writer = channel.Channel(fd, fd, key)  # it only sends
+    for body in bodies:
+        writer.send(body)
+    os.close(fd)
+    return path.read_bytes()
+
+
+def test_channel_reads_frames_that_arrive_together_in_parts_or_larger_than_one_read(tmp_path):
+    """One read may take more than a frame, or part of one: what is past a frame is the
+    start of the next, in order; garbage behind a genuine frame is still caught."""
+    key = os.urandom(32)
+    big = "x" * (3 * channel.READ_CHUNK)
+    frames = _frames(tmp_path / "f", key, [{"n": 0}, {"n": 1}, {"n": 2, "pad": big}])
+    first = len(_frames(tmp_path / "g", key, [{"n": 0}]))
+    r, w = os.pipe()
+    ch = channel.Channel(r, w, key)
+
+    def write() -> None:
+        os.write(w, frames[:first + 5])  # the first frame and the start of the second
+        time.sleep(0.05)
+        channel.write_all(w, frames[first + 5:])  # the rest, the third frame more than a pipe holds
+    t = threading.Thread(target=write)
+    t.start()
+    assert ch.recv(2.0) == {"n": 0}
+    assert ch.recv(2.0) == {"n": 1}
+    assert ch.recv(2.0) == {"n": 2, "pad": big}
+    t.join()
+    bodies = [{"n": 0}, {"n": 1}, {"n": 2}, {"n": 3}]
+    fourth = _frames(tmp_path / "h", key, bodies)[len(_frames(tmp_path / "i", key, bodies[:3])):]
+    os.write(w, fourth + b"check: pass\nspeedup: 12.0\n")  # the fourth frame with garbage right behind it, in one write
+    assert ch.recv(1.0) == {"n": 3}
+    with pytest.raises(channel.ChannelError, match="did not write"):
+        ch.recv(1.0)
+    os.close(r)
+    os.close(w)
+
+
 def test_channel_reports_silence_and_a_closed_pipe_as_the_worker():
     r, w = os.pipe()
     ch = channel.Channel(r, w, os.urandom(32))
