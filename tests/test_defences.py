@@ -373,11 +373,11 @@ def _frames(path, key, bodies):
     return path.read_bytes()
 
 
-def test_channel_reads_frames_that_arrive_together_in_parts_or_larger_than_one_read(tmp_path):
-    """One read may take more than a frame, or part of one: what is past a frame is the
-    start of the next, in order; garbage behind a genuine frame is still caught."""
+def test_channel_reads_frames_that_arrive_together_in_parts_or_larger_than_a_pipe(tmp_path):
+    """Frames that arrive together, in parts, or larger than a pipe holds are read whole
+    and in order; garbage right behind a genuine frame is still caught."""
     key = os.urandom(32)
-    big = "x" * (3 * channel.READ_CHUNK)
+    big = "x" * (3 << 16)  # more than a pipe holds (64 KiB on Linux)
     frames = _frames(tmp_path / "f", key, [{"n": 0}, {"n": 1}, {"n": 2, "pad": big}])
     first = len(_frames(tmp_path / "g", key, [{"n": 0}]))
     r, w = os.pipe()

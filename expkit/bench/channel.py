@@ -42,10 +42,6 @@ HEADER = struct.Struct("!4sIQ")
 MAC_LEN = 32
 KEY_LEN = 32
 MAX_BODY = 64 << 20
-#: What one read of a frame asks for beyond what it needs: a whole frame (header, body,
-#: MAC) usually arrives in one read, where reading its header and then the rest took a
-#: readiness wait and a read each.
-READ_CHUNK = 1 << 16
 
 CHANNEL, WORKER = "channel", "worker"
 
@@ -74,15 +70,6 @@ def read_exact(fd: int, n: int, deadline: Optional[float], alive: Optional[Calla
     """Exactly ``n`` bytes from ``fd``; :class:`ChannelError` past ``deadline`` (monotonic
     seconds), on a closed pipe, or once ``alive()`` says the worker is gone."""
     buf = bytearray()
-    fill(fd, buf, n, deadline, alive, exact=True)
-    return bytes(buf)
-
-
-def fill(fd: int, buf: bytearray, n: int, deadline: Optional[float], alive: Optional[Callable[[], bool]],
-         exact: bool = False) -> None:
-    """Read from ``fd`` into ``buf`` until it holds at least ``n`` bytes (exactly ``n`` with
-    ``exact``; otherwise each read takes whatever is there, up to :data:`READ_CHUNK`
-    more). Errors as :func:`read_exact`."""
     while len(buf) < n:
         if deadline is not None:
             left = deadline - time.monotonic()
@@ -97,10 +84,11 @@ def fill(fd: int, buf: bytearray, n: int, deadline: Optional[float], alive: Opti
             if alive is not None and not alive():
                 raise ChannelError(WORKER, "the worker process died without closing the channel")
             continue
-        chunk = os.read(fd, n - len(buf) if exact else max(n - len(buf), READ_CHUNK))
+        chunk = os.read(fd, n - len(buf))
         if not chunk:
             raise ChannelError(WORKER, "the worker closed the channel: it exited or crashed")
         buf += chunk
+    return bytes(buf)
 
 
 def _jsonable(obj: Any) -> Any:
@@ -120,13 +108,6 @@ class Channel:
         self._r, self._w, self._key = rfd, wfd, key
         self._sent = 0
         self._received = 0
-        self._buf = bytearray()  # read past the last frame: the start of the next
-
-    def _take(self, n: int, deadline: Optional[float], alive: Optional[Callable[[], bool]]) -> bytes:
-        fill(self._r, self._buf, n, deadline, alive)
-        out = bytes(self._buf[:n])
-        del self._buf[:n]
-        return out
 
     def _mac(self, head: bytes, body: bytes) -> bytes:
         return hmac.new(self._key, head + body, sha256).digest()
@@ -139,7 +120,7 @@ class Channel:
 
     def recv(self, timeout: Optional[float] = None, alive: Optional[Callable[[], bool]] = None) -> Dict[str, Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
-        head = self._take(HEADER.size, deadline, alive)
+        head = read_exact(self._r, HEADER.size, deadline, alive)
         magic, n, seq = HEADER.unpack(head)
         if magic != MAGIC:
             raise ChannelError(CHANNEL, f"bytes the harness did not write arrived on the result channel "
@@ -148,7 +129,7 @@ class Channel:
         if n > MAX_BODY:
             raise ChannelError(CHANNEL, f"a message on the result channel claims {n} bytes, over the "
                                f"{MAX_BODY}-byte limit: forged or corrupted")
-        rest = self._take(n + MAC_LEN, deadline, alive)
+        rest = read_exact(self._r, n + MAC_LEN, deadline, alive)
         body, mac = rest[:n], rest[n:]
         if not hmac.compare_digest(mac, self._mac(head, body)):
             raise ChannelError(CHANNEL, "a message on the result channel failed authentication: it was forged "
