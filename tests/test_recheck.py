@@ -226,3 +226,35 @@ def test_a_block_keeping_its_last_call_holds_one_output_at_a_time():
     cs.timer.sample(cs.call, 6)
     assert alive_at_each_call == [0] * 6
     assert cs.kept is not None and cs.kept[0] is outputs[-1]()
+
+
+def test_a_cpu_recheck_goes_wide_only_after_a_baseline_call_that_took_long(monkeypatch):
+    """A recheck's oracles use every host core only where the baseline's call took at
+    least ``WIDE_RECHECK_S``: below it the pool's spin afterwards, which the next timed
+    block waits out, costs more than the cores save. The verdict is the same either way."""
+    from expkit.bench import judge as jm
+    from expkit.checks import preflight as pf
+
+    seen = []
+    real = pf.harness_threads
+    monkeypatch.setattr(pf, "harness_threads", lambda wide=True: seen.append(wide) or real(wide))
+    monkeypatch.setattr(jm, "WIDE_RECHECK_S", 10.0)
+    narrow, made_narrow = judged_recheck(lambda i: chain(*i) * 1.001, "rounding")
+    monkeypatch.setattr(jm, "WIDE_RECHECK_S", 0.0)
+    wide, made_wide = judged_recheck(lambda i: chain(*i) * 1.001, "rounding")
+    assert seen == [False, True]
+    assert made_narrow and made_wide and [f.check for f in narrow] == [f.check for f in wide] == ["recheck"]
+
+
+def test_narrow_harness_work_keeps_the_threads_and_marks_no_wide_work(monkeypatch):
+    from expkit.checks import preflight as pf
+
+    marks = []
+    monkeypatch.setattr(pf, "wide_work_ended", lambda: marks.append(1))
+    before = torch.get_num_threads()
+    with pf.harness_threads(wide=False):
+        assert torch.get_num_threads() == before
+    assert marks == []
+    with pf.harness_threads():
+        pass
+    assert marks == [1] and torch.get_num_threads() == before

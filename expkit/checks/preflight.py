@@ -123,10 +123,16 @@ def build_inputs(factory: Fn, params: Mapping[str, Any], seed: int, device: str,
 
 
 @contextlib.contextmanager
-def harness_threads() -> Iterator[None]:
+def harness_threads(wide: bool = True) -> Iterator[None]:
     """Every host core for the harness's own work (digests, oracles, calibration), then
     back to the timed blocks' ``measure.cpu_threads``. Never around a call of the code
-    under test: its numerics may depend on its thread count."""
+    under test: its numerics may depend on its thread count. ``wide=False``: the work is
+    too small to gain from more cores than the pool's spin after it costs the next timed
+    block (:func:`~expkit.checks.activity.settle` waits it out); it runs on the timed
+    blocks' threads and marks nothing."""
+    if not wide:
+        yield
+        return
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     try:
