@@ -39,10 +39,11 @@ from .transport import Importer
 RECHECK = "recheck"
 INPUTS = "inputs"
 #: On the CPU a recheck's oracles (a float64 reference of the baseline's work) use every
-#: host core only where the baseline's call, on the timed blocks' threads, took at least
-#: this long. Below it the cores save less than the OpenMP pool's spin after them, which
-#: the baseline's next timed block waited out: 2.1-6.6 ms after each of 23 rechecks of
-#: honest-win on the 2-core machine (``benchmarks/results/cpu-2026-11-26/README.md``).
+#: host core only where the baseline's call (with the copy of its inputs), on the timed
+#: blocks' threads, took at least this long. Below it the cores save less than the
+#: OpenMP pool's spin after them, which the baseline's next timed block waited out:
+#: 2.1-6.6 ms after each of 23 rechecks of honest-win on the 2-core machine
+#: (``benchmarks/results/cpu-2026-11-26/README.md``).
 WIDE_RECHECK_S = 0.005
 
 
