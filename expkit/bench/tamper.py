@@ -8,7 +8,7 @@ snapshotted, object and code, before the candidate's module is imported
 (:class:`FunctionSnapshot`), and compared after the import, after the preflight, after
 each case and -- the *hot* subset, the clocks, torch and what the recheck calls --
 after every batch of timed blocks (``changed(hot_only=True)``; its cost per check is in
-``benchmarks/results/defence_overhead.md``).
+``benchmarks/results/cpu-2026-11-26/README.md``).
 
 The torch callables the *baseline* uses are known only once its trace is: its op names
 map to the public names that reach them (:func:`torch_callables_for`: ``aten::softmax``
