@@ -18,8 +18,9 @@ measurement phase (``result.json``'s ``measure`` stage) in three variants, alter
 
 The checks are replaced in this script's own process before the CLI runs, and reach the
 workers because they are forked from it (``defences.start_method=fork``). Prints, per
-manifest, the median and range of each variant's measurement phase and its excess over
-the undefended median.
+manifest, the median and range of each variant's measurement phase, its excess over the
+undefended median and, for the defended runs, over the isolation-only median: what the
+checks, fresh inputs and rechecks cost beyond isolation.
 
     python benchmarks/isolation_floor.py [MANIFEST ...] [--rounds 3] [--max-seconds 2] [-- k=v ...]
 """
@@ -82,15 +83,16 @@ def run_once(manifest: Path, variant: str, max_seconds: float, extra: List[str],
 
 
 def table(rows: Dict[str, Dict[str, List[float]]]) -> List[str]:
-    out = ["| manifest | variant | runs | measurement phase s (median, min-max) | over the undefended |",
-           "|---|---|---|---|---|"]
+    out = ["| manifest | variant | runs | measurement phase s (median, min-max) | over the undefended "
+           "| over isolation only |", "|---|---|---|---|---|---|"]
     for m, got in rows.items():
-        base = statistics.median(got["undefended"])
+        base, floor = statistics.median(got["undefended"]), statistics.median(got["isolation only"])
         for v in VARIANTS:
             xs = got[v]
             med = statistics.median(xs)
             over = "" if v == "undefended" else f"{med / base - 1:+.1%}"
-            out.append(f"| {m} | {v} | {len(xs)} | {med:.2f} ({min(xs):.2f}-{max(xs):.2f}) | {over} |")
+            checks = f"{med / floor - 1:+.1%}" if v == "defended" else ""
+            out.append(f"| {m} | {v} | {len(xs)} | {med:.2f} ({min(xs):.2f}-{max(xs):.2f}) | {over} | {checks} |")
     return out
 
 

@@ -62,9 +62,9 @@ def test_alternates_the_variants_each_round_and_reports_the_excess(monkeypatch, 
                         "measure.processes=1"]) == 0
     assert order == list(script.VARIANTS) * 2
     out = capsys.readouterr().out
-    assert "| a.yaml | defended | 2 | 1.50 (1.50-1.50) | +50.0% |" in out
-    assert "| a.yaml | isolation only | 2 | 1.20 (1.20-1.20) | +20.0% |" in out
-    assert "| a.yaml | undefended | 2 | 1.00 (1.00-1.00) |  |" in out
+    assert "| a.yaml | defended | 2 | 1.50 (1.50-1.50) | +50.0% | +25.0% |" in out
+    assert "| a.yaml | isolation only | 2 | 1.20 (1.20-1.20) | +20.0% |  |" in out
+    assert "| a.yaml | undefended | 2 | 1.00 (1.00-1.00) |  |  |" in out
 
 
 def test_a_run_asks_for_its_variants_overrides_and_reads_the_measure_stage(monkeypatch, tmp_path):
