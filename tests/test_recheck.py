@@ -230,8 +230,9 @@ def test_a_block_keeping_its_last_call_holds_one_output_at_a_time():
 
 def test_a_cpu_recheck_goes_wide_only_after_a_baseline_call_that_took_long(monkeypatch):
     """A recheck's oracles use every host core only where the baseline's call took at
-    least ``WIDE_RECHECK_S``: below it the pool's spin afterwards, which the next timed
-    block waits out, costs more than the cores save. The verdict is the same either way."""
+    least ``WIDE_RECHECK_S`` or its tensors hold ``WIDE_RECHECK_BYTES``: below both the
+    pool's spin afterwards, which the next timed block waits out, costs more than the
+    cores save. The verdict is the same either way."""
     from expkit.bench import judge as jm
     from expkit.checks import preflight as pf
 
@@ -242,7 +243,10 @@ def test_a_cpu_recheck_goes_wide_only_after_a_baseline_call_that_took_long(monke
     narrow, made_narrow = judged_recheck(lambda i: chain(*i) * 1.001, "rounding")
     monkeypatch.setattr(jm, "WIDE_RECHECK_S", 0.0)
     wide, made_wide = judged_recheck(lambda i: chain(*i) * 1.001, "rounding")
-    assert seen == [False, True]
+    monkeypatch.setattr(jm, "WIDE_RECHECK_S", 10.0)
+    monkeypatch.setattr(jm, "WIDE_RECHECK_BYTES", 1)  # a quick call on much data: the upcast is the work
+    judged_recheck(lambda i: chain(*i) * 1.001, "rounding")
+    assert seen == [False, True, True]
     assert made_narrow and made_wide and [f.check for f in narrow] == [f.check for f in wide] == ["recheck"]
 
 

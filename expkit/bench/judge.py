@@ -45,6 +45,12 @@ INPUTS = "inputs"
 #: 2.1-6.6 ms after each of 23 rechecks of honest-win on the 2-core machine
 #: (``benchmarks/results/cpu-2026-11-26/README.md``).
 WIDE_RECHECK_S = 0.005
+#: ... or where its inputs and outputs hold at least this many bytes: the float64 reference
+#: upcasts every input, work that grows with the data whatever the baseline's call took.
+#: Upcasting 32 MiB and comparing it took 97.6 ms on one core and 58.7 ms on two
+#: (``benchmarks/results/cpu-2026-11-26/upcast.md``): at 4 MiB the second core saves about
+#: what the pool's spin costs.
+WIDE_RECHECK_BYTES = 4 << 20
 
 
 def _tensors(values: Sequence[Any]) -> List[Any]:
@@ -241,7 +247,8 @@ class Judge:
             self.importer.close()
             return [Finding("baseline", False, f"baseline raised {preflight.short_error(e)} while re-checking a "
                             "timed call", case)]
-        small = self.side.device == "cpu" and time.perf_counter() - t0 < WIDE_RECHECK_S
+        small = (self.side.device == "cpu" and time.perf_counter() - t0 < WIDE_RECHECK_S
+                 and sum(t.numel() * t.element_size() for t in _tensors([*pristine, *actual])) < WIDE_RECHECK_BYTES)
         with preflight.harness_threads(wide=not small):
             # The baseline's own bits pass these oracles by definition: no float64 reference
             # (on the host, seconds a recheck for a 0.5 GiB output) to say so.
