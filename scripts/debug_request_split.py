@@ -1,0 +1,272 @@
+"""Debug: where each timed-block request's time goes, across the parent and both workers.
+
+A script for the device (or the CPU), not a test. ``benchmarks/request_times.py`` found the
+parent of the GPU example's defended run waiting 4.1 ms a ``block`` request beyond the
+baseline worker's own account of it and 1.4 ms beyond the candidate's; the baseline's
+blocks also have a tail inside the CUDA timer's sample. This runs ``expkit run MANIFEST``
+as fresh commands with a ``sitecustomize`` module first on the path which, in every process
+of the run, logs on the system's monotonic clock (``time.perf_counter``, the same in every
+process): the parent's send and receive of each request (per worker role), a worker's
+receive (entered, header read, decoded), ``Server.handle`` (the ledger's span) and its
+reply's send, each ``CudaTimer.sample`` or ``sample`` of the CPU timer, and every garbage
+collection (generation, start, end). Each process writes its own file; nothing of the
+harness is changed but the wrappers' own cost (a ``perf_counter`` and a buffered list
+append each).
+
+Then, per worker role, for the ``block`` requests: medians and means (ms) of the parent's
+send to the worker's header read (delivery and wake-up), the header to the decoded message,
+the handle, the handle's end to the reply's send, the send's start to the parent's
+receive returning (encoding, delivery, wake-up, decoding: the send's own end is not used,
+since a worker that shares a core with the parent is often preempted inside its write), and the collections' time inside each
+segment in either process. Segments are cut by stamps from two processes, so each is a
+difference of one clock's readings.
+
+    python scripts/debug_request_split.py MANIFEST OUT_DIR [--rounds 1] [override ...]
+
+Base overrides: ``measure=quick measure.max_seconds=2 measure.target_ci=0`` (a pinned
+budget).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+REPO = Path(__file__).resolve().parent.parent
+BASE = ["measure=quick", "measure.max_seconds=2", "measure.target_ci=0"]
+
+HOOK = '''
+import os
+if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
+    import atexit, gc, json, time
+
+    _dir = os.environ["EXPKIT_DEBUG_REQUESTS"]
+    _pc = time.perf_counter
+    _log = {"pid": None, "rows": []}
+
+    def _rows():
+        if _log["pid"] != os.getpid():  # a forked process starts its own log
+            _log["pid"], _log["rows"] = os.getpid(), []
+        return _log["rows"]
+
+    def _flush():
+        rows = _rows()
+        if rows:
+            with open(os.path.join(_dir, f"{os.getpid()}.jsonl"), "a") as f:
+                for r in rows:
+                    f.write(json.dumps(r) + "\\n")
+            rows.clear()
+
+    atexit.register(_flush)
+    _gc_t = [0.0]
+
+    def _gc(phase, info):
+        if phase == "start":
+            _gc_t[0] = _pc()
+        else:
+            _rows().append(["gc", info["generation"], _gc_t[0], _pc()])
+
+    gc.callbacks.append(_gc)
+
+    from expkit.bench import channel as _ch, endpoint as _ep, serve as _sv
+
+    _recv, _send = _ch.Channel.recv, _ch.Channel.send
+    _read_exact = _ch.read_exact
+    _marks = {}
+
+    def _marked_read_exact(fd, n, deadline, alive):
+        out = _read_exact(fd, n, deadline, alive)
+        _marks.setdefault(fd, _pc())  # the first read of a message: its header
+        return out
+
+    _ch.read_exact = _marked_read_exact
+
+    def _logged_recv(self, *a, **k):
+        t0 = _pc()
+        _marks.pop(self._r, None)
+        msg = _recv(self, *a, **k)
+        _rows().append(["recv", self._r, msg.get("op") if isinstance(msg, dict) else None, t0,
+                        _marks.pop(self._r, t0), _pc()])
+        return msg
+
+    def _logged_send(self, obj):
+        t0 = _pc()
+        _send(self, obj)
+        _rows().append(["send", self._w, obj.get("op") if isinstance(obj, dict) else None, t0, _pc()])
+
+    _ch.Channel.recv, _ch.Channel.send = _logged_recv, _logged_send
+
+    _ep_send, _ep_receive = _ep.WorkerEndpoint.send, _ep.WorkerEndpoint.receive
+
+    def _p_send(self, op, **payload):
+        t0 = _pc()
+        try:
+            return _ep_send(self, op, **payload)
+        finally:
+            _rows().append(["p_send", self.role, op, t0, _pc()])
+
+    def _p_receive(self):
+        t0 = _pc()
+        try:
+            return _ep_receive(self)
+        finally:
+            _rows().append(["p_recv", self.role, None, t0, _pc()])
+
+    _ep.WorkerEndpoint.send, _ep.WorkerEndpoint.receive = _p_send, _p_receive
+
+    _handle, _init = _sv.Server.handle, _sv.Server.__init__
+
+    def _s_init(self, side):
+        _init(self, side)
+        _rows().append(["role", side.role])
+
+    def _s_handle(self, msg):
+        t0 = _pc()
+        try:
+            return _handle(self, msg)
+        finally:
+            t1 = _pc()
+            rows = _rows()
+            rows.append(["handle", msg.get("op"), t0, t1])
+            if msg.get("op") == "finish_case":  # a worker ends without atexit: its rows go out here
+                _flush()
+
+    _sv.Server.__init__, _sv.Server.handle = _s_init, _s_handle
+
+    def _wrap_sample(cls):
+        orig = cls.sample
+
+        def sample(self, fn, number):
+            t0 = _pc()
+            try:
+                return orig(self, fn, number)
+            finally:
+                _rows().append(["sample", number, t0, _pc()])
+
+        cls.sample = sample
+
+    from expkit.timing import per_call as _pcl, timer as _tm
+
+    for _mod in (_tm, _pcl):
+        for _name in dir(_mod):
+            _obj = getattr(_mod, _name)
+            if isinstance(_obj, type) and "sample" in vars(_obj) and _obj.__module__ == _mod.__name__:
+                _wrap_sample(_obj)
+    try:
+        from expkit.timing import cuda_timer as _ct
+
+        _wrap_sample(_ct.CudaTimer)
+    except Exception:
+        pass
+'''
+
+
+def _load(folder: Path) -> Dict[int, Dict[str, Any]]:
+    """Each process's log: its role (a worker's) and its rows."""
+    procs: Dict[int, Dict[str, Any]] = {}
+    for f in folder.glob("*.jsonl"):
+        rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        role = next((r[1] for r in rows if r[0] == "role"), None)
+        procs[int(f.stem)] = {"role": role or "parent", "rows": rows}
+    return procs
+
+
+def _gc_inside(gcs: List[Tuple[float, float]], a: float, b: float) -> float:
+    return sum(max(0.0, min(e, b) - max(s, a)) for s, e in gcs)
+
+
+def split(folder: Path) -> List[str]:
+    """The table's rows for one run's logs (see the module docstring)."""
+    procs = _load(folder)
+    parent = next((p for p in procs.values() if p["role"] == "parent" and any(r[0] == "p_send" for r in p["rows"])),
+                  None)
+    if parent is None:
+        return ["(no parent log)"]
+    pgc = [(r[2], r[3]) for r in parent["rows"] if r[0] == "gc"]
+    out = []
+    for role in ("baseline", "candidate"):
+        workers = [p for p in procs.values() if p["role"] == role]
+        # Worker requests in order: recv, handle, send, joined to the parent's by order of
+        # time (one request at a time per worker): each block request's parent send falls
+        # just before its worker's header read.
+        wreq = []
+        for w in workers:
+            rows = w["rows"]
+            wgc = [(r[2], r[3]) for r in rows if r[0] == "gc"]
+            recvs = [r for r in rows if r[0] == "recv"]
+            handles = [r for r in rows if r[0] == "handle"]
+            sends = [r for r in rows if r[0] == "send"]
+            samples = [(r[2], r[3]) for r in rows if r[0] == "sample"]
+            for rv in recvs:
+                if rv[2] != "block":
+                    continue
+                h = next((x for x in handles if x[2] >= rv[5]), None)
+                s = next((x for x in sends if h is not None and x[3] >= h[3]), None)
+                if h is None or s is None:
+                    continue
+                inside = sum(e - b for b, e in samples if b >= h[2] and e <= h[3])
+                wreq.append({"head": rv[4], "decoded": rv[5], "h0": h[2], "h1": h[3], "sent": s[3],
+                             "sample": inside, "wgc": wgc})
+        wreq.sort(key=lambda x: x["head"])
+        heads = [x["head"] for x in wreq]
+        psends = [r for r in parent["rows"] if r[0] == "p_send" and r[1] == role and r[2] == "block"]
+        precvs = [r for r in parent["rows"] if r[0] == "p_recv" and r[1] == role]
+        seg: Dict[str, List[float]] = {k: [] for k in ("deliver", "decode", "handle", "sample", "reply", "return",
+                                                        "parent wait", "gc worker", "gc parent")}
+        for ps in psends:
+            i = bisect.bisect_left(heads, ps[3])
+            q = wreq[i] if i < len(wreq) and heads[i] - ps[3] < 1.0 else None
+            pr = next((x for x in precvs if x[3] >= ps[4]), None)
+            if q is None or pr is None:
+                continue
+            seg["deliver"].append(q["head"] - ps[3])
+            seg["decode"].append(q["decoded"] - q["head"])
+            seg["handle"].append(q["h1"] - q["h0"])
+            seg["sample"].append(q["sample"])
+            seg["reply"].append(q["sent"] - q["h1"])
+            seg["return"].append(pr[4] - q["sent"])
+            seg["parent wait"].append(pr[4] - ps[3])
+            seg["gc worker"].append(_gc_inside(q["wgc"], ps[3], pr[4]))
+            seg["gc parent"].append(_gc_inside(pgc, ps[3], pr[4]))
+        n = len(seg["deliver"])
+        if not n:
+            out.append(f"| {role} | 0 |")
+            continue
+        cells = " | ".join(f"{statistics.median(v) * 1e3:.3f} / {statistics.fmean(v) * 1e3:.3f}" for v in seg.values())
+        out.append(f"| {role} | {n} | {cells} |")
+    return out
+
+
+def main(argv: List[str]) -> int:
+    if len(argv) < 2:
+        print(__doc__)
+        return 2
+    manifest, out = argv[0], Path(argv[1]).resolve()
+    rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 1
+    overrides = [a for a in argv[2:] if "=" in a]
+    hook = out / "hook"
+    hook.mkdir(parents=True, exist_ok=True)
+    (hook / "sitecustomize.py").write_text(HOOK)
+    print("| round | side | block requests | deliver | decode | handle | in samples | reply | return | parent wait "
+          "| gc in workers | gc in parent |  (ms, median / mean)")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in range(1, rounds + 1):
+        logs = out / f"logs-{r}"
+        logs.mkdir(exist_ok=True)
+        env = dict(os.environ, EXPKIT_DEBUG_REQUESTS=str(logs),
+                   PYTHONPATH=os.pathsep.join([str(hook), str(REPO), os.environ.get("PYTHONPATH", "")]))
+        rc = subprocess.call([sys.executable, "-m", "expkit", "run", manifest, *BASE, *overrides, "--out",
+                              str(out / f"run-{r}"), "--quiet"], env=env)
+        for row in split(logs):
+            print(f"| {r} (exit {rc}) {row[1:]}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
