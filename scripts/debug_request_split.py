@@ -151,6 +151,28 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
 
         cls.sample = sample
 
+    def _wrap_fn(owner, attr, name):
+        orig = getattr(owner, attr)
+
+        def timed(*a, **k):
+            t0 = _pc()
+            try:
+                return orig(*a, **k)
+            finally:
+                _rows().append(["fn", name, t0, _pc()])
+
+        setattr(owner, attr, timed)
+
+    from expkit.bench import ledger as _lg, side as _sd
+
+    # Parts of a block request inside the worker (names as the table's last column prints them).
+    for _owner, _attr, _name in ((_lg.Ledger, "start", "ledger.start"), (_lg.Ledger, "stop", "ledger.stop"),
+                                 (_sd, "after_block", "after_block"), (_sd, "opening", "opening"),
+                                 (_sd.SideBench, "tamper_findings", "tamper_findings"),
+                                 (_sd.SideBench, "block", "block"), (_sd.CaseState, "begin", "case.begin"),
+                                 (_sv, "opening", "serve.opening")):
+        _wrap_fn(_owner, _attr, _name)
+
     from expkit.timing import per_call as _pcl, timer as _tm
 
     for _mod in (_tm, _pcl):
@@ -234,12 +256,23 @@ def split(folder: Path) -> List[str]:
             seg["parent wait"].append(pr[4] - ps[3])
             seg["gc worker"].append(_gc_inside(q["wgc"], ps[3], pr[4]))
             seg["gc parent"].append(_gc_inside(pgc, ps[3], pr[4]))
+        parts: Dict[str, List[float]] = {}
+        for w in workers:
+            rows = w["rows"]
+            fns = [r for r in rows if r[0] == "fn"]
+            for h in (r for r in rows if r[0] == "handle" and r[1] == "block"):
+                for r in fns:
+                    if r[2] >= h[2] and r[3] <= h[3]:
+                        parts.setdefault(r[1], []).append(0.0)
+                        parts[r[1]][-1] += r[3] - r[2]
+        nh = max(1, sum(1 for w in workers for r in w["rows"] if r[0] == "handle" and r[1] == "block"))
+        part_cells = ", ".join(f"{k} {sum(v) / nh * 1e3:.3f}" for k, v in sorted(parts.items()))
         n = len(seg["deliver"])
         if not n:
             out.append(f"| {role} | 0 |")
             continue
         cells = " | ".join(f"{statistics.median(v) * 1e3:.3f} / {statistics.fmean(v) * 1e3:.3f}" for v in seg.values())
-        out.append(f"| {role} | {n} | {cells} |")
+        out.append(f"| {role} | {n} | {cells} | {part_cells} |")
     return out
 
 
@@ -254,8 +287,8 @@ def main(argv: List[str]) -> int:
     hook.mkdir(parents=True, exist_ok=True)
     (hook / "sitecustomize.py").write_text(HOOK)
     print("| round | side | block requests | deliver | decode | handle | in samples | reply | return | parent wait "
-          "| gc in workers | gc in parent |  (ms, median / mean)")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| gc in workers | gc in parent | parts of a block request, ms a request |  (ms, median / mean)")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in range(1, rounds + 1):
         logs = out / f"logs-{r}"
         logs.mkdir(exist_ok=True)
