@@ -170,8 +170,16 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
                                  (_sd, "after_block", "after_block"), (_sd, "opening", "opening"),
                                  (_sd.SideBench, "tamper_findings", "tamper_findings"),
                                  (_sd.SideBench, "block", "block"), (_sd.CaseState, "begin", "case.begin"),
-                                 (_sv, "opening", "serve.opening")):
+                                 (_sv, "opening", "serve.opening"), (_lg, "host_rss", "host_rss"),
+                                 (_lg, "host_peak_reset", "host_peak_reset")):
         _wrap_fn(_owner, _attr, _name)
+    try:
+        import torch as _torch
+
+        for _attr in ("memory_stats_as_nested_dict", "reset_peak_memory_stats", "is_initialized"):
+            _wrap_fn(_torch.cuda, _attr, "cuda." + _attr)
+    except Exception:
+        pass
 
     from expkit.timing import per_call as _pcl, timer as _tm
 
