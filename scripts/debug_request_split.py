@@ -24,7 +24,8 @@ difference of one clock's readings.
     python scripts/debug_request_split.py MANIFEST OUT_DIR [--rounds 1] [override ...]
 
 Base overrides: ``measure=quick measure.max_seconds=2 measure.target_ci=0`` (a pinned
-budget).
+budget). ``EXPKIT_DEBUG_SWITCH=S`` in the environment sets every process's GIL switch
+interval to S seconds (``sys.setswitchinterval``; Python's default is 0.005).
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
     import atexit, gc, json, time
 
     _dir = os.environ["EXPKIT_DEBUG_REQUESTS"]
+    if os.environ.get("EXPKIT_DEBUG_SWITCH"):  # a debug variant: the interpreter's GIL switch interval, s
+        import sys
+
+        sys.setswitchinterval(float(os.environ["EXPKIT_DEBUG_SWITCH"]))
     _pc = time.perf_counter
     _log = {"pid": None, "rows": []}
 
@@ -135,6 +140,19 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
             rows = _rows()
             rows.append(["handle", msg.get("op"), t0, t1])
             if msg.get("op") == "finish_case":  # a worker ends without atexit: its rows go out here
+                import threading
+
+                tasks = []
+                for tid in os.listdir("/proc/self/task"):
+                    try:
+                        with open(f"/proc/self/task/{tid}/stat") as f:
+                            st = f.read()
+                        comm = st[st.index("(") + 1:st.rindex(")")]
+                        fields = st[st.rindex(")") + 2:].split()
+                        tasks.append([int(tid), comm, int(fields[11]), int(fields[12])])  # utime, stime (ticks)
+                    except (OSError, ValueError, IndexError):
+                        pass
+                rows.append(["threads", [t.name for t in threading.enumerate()], tasks])
                 _flush()
 
     _sv.Server.__init__, _sv.Server.handle = _s_init, _s_handle
