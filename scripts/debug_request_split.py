@@ -25,7 +25,9 @@ difference of one clock's readings.
 
 Base overrides: ``measure=quick measure.max_seconds=2 measure.target_ci=0`` (a pinned
 budget). ``EXPKIT_DEBUG_SWITCH=S`` in the environment sets every process's GIL switch
-interval to S seconds (``sys.setswitchinterval``; Python's default is 0.005).
+interval to S seconds (``sys.setswitchinterval``; Python's default is 0.005);
+``EXPKIT_DEBUG_SYNC_LEDGER=1`` synchronises the device (timed) before each request's ledger
+reading.
 """
 
 from __future__ import annotations
@@ -194,8 +196,20 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
     try:
         import torch as _torch
 
-        for _attr in ("memory_stats_as_nested_dict", "reset_peak_memory_stats", "is_initialized"):
+        for _attr in ("memory_stats_as_nested_dict", "reset_peak_memory_stats", "is_initialized", "current_device"):
             _wrap_fn(_torch.cuda, _attr, "cuda." + _attr)
+        _wrap_fn(_torch._C, "_cuda_memoryStats", "C._cuda_memoryStats")
+        if os.environ.get("EXPKIT_DEBUG_SYNC_LEDGER"):  # a debug variant: the device synchronised first
+            _stop = _lg.Ledger.stop
+
+            def _synced_stop(self, op):
+                if _torch.cuda.is_initialized():
+                    t0 = _pc()
+                    _torch.cuda.synchronize()
+                    _rows().append(["fn", "sync before ledger.stop", t0, _pc()])
+                return _stop(self, op)
+
+            _lg.Ledger.stop = _synced_stop
     except Exception:
         pass
 
