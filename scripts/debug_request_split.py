@@ -27,7 +27,10 @@ Base overrides: ``measure=quick measure.max_seconds=2 measure.target_ci=0`` (a p
 budget). ``EXPKIT_DEBUG_SWITCH=S`` in the environment sets every process's GIL switch
 interval to S seconds (``sys.setswitchinterval``; Python's default is 0.005);
 ``EXPKIT_DEBUG_SYNC_LEDGER=1`` synchronises the device (timed) before each request's ledger
-reading.
+reading; ``EXPKIT_DEBUG_SYNC_SAMPLE=1`` after each sample of the timer;
+``EXPKIT_DEBUG_KINDS_OFF=1`` disables CUPTI's activity kinds after every block (the
+recorder's ``keep_enabled`` off). CUPTI's buffers are counted by record kind as they are
+parsed (``cupti`` rows; ``cupti.parse`` among the parts).
 """
 
 from __future__ import annotations
@@ -168,6 +171,10 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
                 return orig(self, fn, number)
             finally:
                 _rows().append(["sample", number, t0, _pc()])
+                if _sync_sample and _torch_mod is not None and _torch_mod.cuda.is_initialized():
+                    t1 = _pc()
+                    _torch_mod.cuda.synchronize()
+                    _rows().append(["fn", "sync after sample", t1, _pc()])
 
         cls.sample = sample
 
@@ -213,6 +220,40 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
     except Exception:
         pass
 
+    _sync_sample = bool(os.environ.get("EXPKIT_DEBUG_SYNC_SAMPLE"))
+    try:
+        import torch as _torch_mod
+    except Exception:
+        _torch_mod = None
+    try:
+        from expkit.timing import cupti_recorder as _cr
+
+        _parse = _cr.parse
+
+        def _counted_parse(activities, *a, **k):
+            t0 = _pc()
+            acts = list(activities)
+            kinds = {}
+            for x in acts:
+                kinds[str(x.kind)] = kinds.get(str(x.kind), 0) + 1
+            try:
+                return _parse(acts, *a, **k)
+            finally:
+                rows = _rows()
+                rows.append(["fn", "cupti.parse", t0, _pc()])
+                rows.append(["cupti", kinds, t0])
+
+        _cr.parse = _counted_parse
+        if os.environ.get("EXPKIT_DEBUG_KINDS_OFF"):  # a debug variant: kinds disabled after every block
+            _rstop = _cr.CuptiRecorder.stop
+
+            def _stop_off(self):
+                self.keep_enabled = False
+                return _rstop(self)
+
+            _cr.CuptiRecorder.stop = _stop_off
+    except Exception:
+        pass
     from expkit.timing import per_call as _pcl, timer as _tm
 
     for _mod in (_tm, _pcl):
