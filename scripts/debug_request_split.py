@@ -28,7 +28,8 @@ budget). ``EXPKIT_DEBUG_SWITCH=S`` in the environment sets every process's GIL s
 interval to S seconds (``sys.setswitchinterval``; Python's default is 0.005);
 ``EXPKIT_DEBUG_SYNC_LEDGER=1`` synchronises the device (timed) before each request's ledger
 reading; ``EXPKIT_DEBUG_SYNC_SAMPLE=1`` after each sample of the timer;
-``EXPKIT_DEBUG_KINDS_OFF=1`` disables CUPTI's activity kinds after every block (the
+``EXPKIT_DEBUG_PROFILER_FIRST=1`` runs one torch.profiler session in each GPU worker before
+its first case (as the first pair's preflight does); ``EXPKIT_DEBUG_KINDS_OFF=1`` disables CUPTI's activity kinds after every block (the
 recorder's ``keep_enabled`` off). CUPTI's buffers are counted by record kind as they are
 parsed (``cupti`` rows; ``cupti.parse`` among the parts).
 """
@@ -166,6 +167,9 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
         orig = cls.sample
 
         def sample(self, fn, number):
+            if not _attrs_done.get(os.getpid()):
+                _attrs_done[os.getpid()] = True
+                _rows().append(["cupti_attrs", _cupti_attrs()])
             t0 = _pc()
             try:
                 return orig(self, fn, number)
@@ -221,6 +225,48 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
         pass
 
     _sync_sample = bool(os.environ.get("EXPKIT_DEBUG_SYNC_SAMPLE"))
+    _attrs_done = {}
+
+    def _cupti_attrs():
+        """CUPTI's activity attributes of device buffers and semaphores, as this process has them."""
+        try:
+            import ctypes
+
+            from cupti import cupti as _c
+        except Exception as e:
+            return {"error": repr(e)[:100]}
+        out = {}
+        for name in ("ATTR_DEVICE_BUFFER_SIZE", "ATTR_DEVICE_BUFFER_POOL_LIMIT", "ATTR_DEVICE_BUFFER_PRE_ALLOCATE_VALUE",
+                     "ATTR_PROFILING_SEMAPHORE_POOL_SIZE", "ATTR_PROFILING_SEMAPHORE_POOL_LIMIT",
+                     "ATTR_PROFILING_SEMAPHORE_PRE_ALLOCATE_VALUE"):
+            v, size = ctypes.c_size_t(0), ctypes.c_size_t(8)
+            try:
+                _c.activity_get_attribute(int(getattr(_c.ActivityAttribute, name)), ctypes.addressof(size),
+                                          ctypes.addressof(v))
+                out[name] = v.value
+            except Exception as e:
+                out[name] = repr(e)[:80]
+        return out
+
+    if os.environ.get("EXPKIT_DEBUG_PROFILER_FIRST"):  # a debug variant: torch.profiler once before a case
+        from expkit.bench import side as _sd0
+
+        _prep = _sd0.SideBench.prepare
+
+        def _profiled_prepare(self, *a, **k):
+            if self.device == "cuda" and not _attrs_done.get(("prof", os.getpid())):
+                _attrs_done[("prof", os.getpid())] = True
+                import torch
+                from torch.profiler import ProfilerActivity, profile
+
+                t0 = _pc()
+                with profile(activities=[ProfilerActivity.CUDA]):
+                    (torch.ones(4, device="cuda") + 1).sum().item()
+                _rows().append(["fn", "profiler first", t0, _pc()])
+                _rows().append(["cupti_attrs_after_profiler", _cupti_attrs()])
+            return _prep(self, *a, **k)
+
+        _sd0.SideBench.prepare = _profiled_prepare
     try:
         import torch as _torch_mod
     except Exception:
