@@ -194,7 +194,7 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
 
         setattr(owner, attr, timed)
 
-    from expkit.bench import ledger as _lg, side as _sd
+    from expkit.bench import cores as _co, ledger as _lg, side as _sd
 
     # Parts of a block request inside the worker (names as the table's last column prints them).
     for _owner, _attr, _name in ((_lg.Ledger, "start", "ledger.start"), (_lg.Ledger, "stop", "ledger.stop"),
@@ -202,7 +202,8 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
                                  (_sd.SideBench, "tamper_findings", "tamper_findings"),
                                  (_sd.SideBench, "block", "block"), (_sd.CaseState, "begin", "case.begin"),
                                  (_sv, "opening", "serve.opening"), (_lg, "host_rss", "host_rss"),
-                                 (_lg, "host_peak_reset", "host_peak_reset")):
+                                 (_lg, "host_peak_reset", "host_peak_reset"), (_co.Relay, "work", "relay.work"),
+                                 (_co.Relay, "wait", "relay.wait")):
         _wrap_fn(_owner, _attr, _name)
     try:
         import torch as _torch

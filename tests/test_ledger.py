@@ -205,3 +205,47 @@ def test_a_statistic_the_allocator_does_not_keep_is_unknown_not_zero(monkeypatch
     row = book.to_dict()["block"]
     assert row["count"] == 1
     assert row["held_allocated"] is None and row["peak_allocated"] is None and row["peak_reserved"] is None
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="Linux's /proc only")
+def test_a_forked_child_reads_its_own_resident_set_not_its_parents():
+    import os
+
+    from expkit.bench.memory import host_peak_reset, host_rss
+
+    host_rss()  # the parent's descriptor is open before the fork
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child grows by 256 MiB and reports its own peak
+        os.close(r)
+        held = bytearray(256 << 20)
+        for i in range(0, len(held), 4096):
+            held[i] = 1
+        os.write(w, str(host_rss()[1]).encode())
+        os._exit(0)
+    os.close(w)
+    child_peak = int(os.read(r, 64))
+    os.close(r)
+    os.waitpid(pid, 0)
+    host_peak_reset()
+    assert child_peak >= (256 << 20)
+    assert host_rss()[1] < child_peak  # the parent's own figure, not the child's
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="Linux's /proc only")
+def test_a_descriptor_reused_by_code_under_test_is_never_written_to(tmp_path):
+    import os
+
+    from expkit.bench import memory
+
+    assert memory.host_peak_reset()
+    fd = memory.CLEAR_REFS.fd()
+    victim = tmp_path / "candidate.txt"
+    other = os.open(victim, os.O_WRONLY | os.O_CREAT)
+    os.dup2(other, fd)  # the candidate closed our descriptor and its own file took the number
+    os.close(other)
+    assert memory.host_peak_reset()  # reopened: still resets the peak
+    assert memory.CLEAR_REFS.fd() != fd
+    assert victim.read_bytes() == b""  # and wrote nothing into the candidate's file
+    os.close(fd)
+    assert memory.host_rss()[0] is not None
