@@ -203,6 +203,8 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
                                  (_sd.SideBench, "block", "block"), (_sd.CaseState, "begin", "case.begin"),
                                  (_sv, "opening", "serve.opening"), (_lg, "host_rss", "host_rss"),
                                  (_lg, "host_peak_reset", "host_peak_reset"), (_co.Relay, "work", "relay.work"),
+                                 (_sd, "snapshot_state", "snapshot_state"), (_sd, "state_changes", "state_changes"),
+                                 (_sd.FunctionSnapshot, "changed", "FunctionSnapshot.changed"),
                                  (_co.Relay, "wait", "relay.wait")):
         _wrap_fn(_owner, _attr, _name)
     try:
