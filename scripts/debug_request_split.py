@@ -22,6 +22,7 @@ segment in either process. Segments are cut by stamps from two processes, so eac
 difference of one clock's readings.
 
     python scripts/debug_request_split.py MANIFEST OUT_DIR [--rounds 1] [override ...]
+    python scripts/debug_request_split.py --per-process OUT_DIR/logs-1   (medians per worker)
 
 Base overrides: ``measure=quick measure.max_seconds=2 measure.target_ci=0`` (a pinned
 budget). ``EXPKIT_DEBUG_SWITCH=S`` in the environment sets every process's GIL switch
@@ -406,7 +407,31 @@ def split(folder: Path) -> List[str]:
     return out
 
 
+def per_process(folder: Path) -> List[str]:
+    """Per worker process: its role, whether it served the preflight (the run's first pair)
+    and medians (ms) of the parts that differ most between processes."""
+    out = ["| pid | role | pair | block requests | sync after sample | ledger.stop | handle |", "|---|---|---|---|---|---|---|"]
+    for pid, p in sorted(_load(folder).items()):
+        if p["role"] == "parent":
+            continue
+        rows = p["rows"]
+        ops = {r[1] for r in rows if r[0] == "handle"}
+
+        def med(name: str) -> str:
+            v = [(r[3] - r[2]) * 1e3 for r in rows if r[0] == "fn" and r[1] == name]
+            return f"{statistics.median(v):.2f}" if v else "-"
+
+        hs = [(r[3] - r[2]) * 1e3 for r in rows if r[0] == "handle" and r[1] == "block"]
+        first = "first (preflight)" if ops & {"judge", "trial_call"} else "later"
+        out.append(f"| {pid} | {p['role']} | {first} | {len(hs)} | {med('sync after sample')} | {med('ledger.stop')} | "
+                   f"{statistics.median(hs) if hs else 0:.2f} |")
+    return out
+
+
 def main(argv: List[str]) -> int:
+    if argv[:1] == ["--per-process"]:
+        print("\n".join(per_process(Path(argv[1]))))
+        return 0
     if len(argv) < 2:
         print(__doc__)
         return 2
