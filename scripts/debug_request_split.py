@@ -29,6 +29,7 @@ budget). ``EXPKIT_DEBUG_SWITCH=S`` in the environment sets every process's GIL s
 interval to S seconds (``sys.setswitchinterval``; Python's default is 0.005);
 ``EXPKIT_DEBUG_SYNC_LEDGER=1`` synchronises the device (timed) before each request's ledger
 reading; ``EXPKIT_DEBUG_SYNC_SAMPLE=1`` after each sample of the timer;
+``EXPKIT_DEBUG_PREALLOC=N`` sets CUPTI's pre-allocated device buffers to N in every process;
 ``EXPKIT_DEBUG_PROFILER_FIRST=1`` runs one torch.profiler session in each GPU worker before
 its first case (as the first pair's preflight does); ``EXPKIT_DEBUG_KINDS_OFF=1`` disables CUPTI's activity kinds after every block (the
 recorder's ``keep_enabled`` off). CUPTI's buffers are counted by record kind as they are
@@ -229,6 +230,17 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
         pass
 
     _sync_sample = bool(os.environ.get("EXPKIT_DEBUG_SYNC_SAMPLE"))
+    if os.environ.get("EXPKIT_DEBUG_PREALLOC"):  # a debug variant: CUPTI's device buffers pre-allocated
+        try:
+            import ctypes
+
+            from cupti import cupti as _c0
+
+            _v, _size = ctypes.c_size_t(int(os.environ["EXPKIT_DEBUG_PREALLOC"])), ctypes.c_size_t(8)
+            _c0.activity_set_attribute(int(_c0.ActivityAttribute.ATTR_DEVICE_BUFFER_PRE_ALLOCATE_VALUE),
+                                       ctypes.addressof(_size), ctypes.addressof(_v))
+        except Exception as _e:
+            print("EXPKIT_DEBUG_PREALLOC failed:", repr(_e))
     _attrs_done = {}
 
     def _cupti_attrs():
