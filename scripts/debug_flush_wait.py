@@ -1,0 +1,82 @@
+"""Debug: the first CUDA call after a forced CUPTI flush, in one process, phase by phase (GPU).
+
+A script for the device, not a test. In the GPU example's defended runs
+(``benchmarks/results/h100-2026-11-26/``) the first CUDA driver call after each timed block
+(torch's ``current_device``, wherever it came: the request ledger or the next block)
+waited 0.6-0.9 ms in the workers that had served the preflight and 3.5-5 ms in every later
+replicate's fresh workers. This reproduces the recorder's cycle without the bench: the
+kinds enabled once (``keep_enabled``), then per block a ``start``, ``calls`` launches of an
+add on ``MiB`` of float32, a synchronise, a ``stop`` (the forced flush), and the next
+``torch.cuda.current_device()`` timed. Phases run in turn in one fresh process, each after
+what might change the wait: ``fresh`` (nothing before), ``after-profiler`` (a
+torch.profiler session over the same calls), ``after-float64`` (a float64 reduction over
+the inputs, as a judge's reference), ``after-empty-cache``. Prints the median and the
+quartiles of the wait per phase, in microseconds.
+
+    python scripts/debug_flush_wait.py [--blocks 40] [--calls 16] [--mib 256]
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from typing import Callable, Dict, List
+
+
+def _arg(argv: List[str], name: str, default: int) -> int:
+    return int(argv[argv.index(name) + 1]) if name in argv else default
+
+
+def main(argv: List[str]) -> int:
+    import torch
+
+    from expkit.timing.cupti_recorder import CuptiRecorder
+
+    blocks, calls, mib = _arg(argv, "--blocks", 40), _arg(argv, "--calls", 16), _arg(argv, "--mib", 256)
+    n = mib * (1 << 20) // 4
+    x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    torch.cuda.synchronize()
+    rec = CuptiRecorder(keep_enabled=True)
+
+    def phase() -> List[float]:
+        waits = []
+        for b in range(blocks):
+            rec.start()
+            for i in range(calls):
+                rec.push(i + 2)
+                torch.add(x, y)
+                rec.pop()
+            torch.cuda.synchronize()
+            rec.stop()
+            t0 = time.perf_counter()
+            torch.cuda.current_device()
+            waits.append((time.perf_counter() - t0) * 1e6)
+        return waits
+
+    def profiler() -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+            for _ in range(calls):
+                torch.add(x, y)
+            torch.cuda.synchronize()
+
+    def float64() -> None:
+        (x.double() * y.double()).sum().item()
+
+    steps: Dict[str, Callable[[], None]] = {"fresh": lambda: None, "after-profiler": profiler,
+                                            "after-float64": float64, "after-empty-cache": torch.cuda.empty_cache}
+    print("| phase | blocks | median us | quartiles us |")
+    print("|---|---|---|---|")
+    for name, before in steps.items():
+        before()
+        w = phase()
+        q = statistics.quantiles(w, n=4)
+        print(f"| {name} | {len(w)} | {statistics.median(w):.0f} | {q[0]:.0f}-{q[2]:.0f} |", flush=True)
+    rec.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
