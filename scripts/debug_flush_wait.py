@@ -8,9 +8,10 @@ replicate's fresh workers. This reproduces the recorder's cycle without the benc
 kinds enabled once (``keep_enabled``), then per block a ``start``, ``calls`` launches of an
 add on ``MiB`` of float32, a synchronise, a ``stop`` (the forced flush), and the next
 ``torch.cuda.current_device()`` timed. Phases run in turn in one fresh process, each after
-what might change the wait: ``fresh`` (nothing before), ``after-profiler`` (a
-torch.profiler session over the same calls), ``after-float64`` (a float64 reduction over
-the inputs, as a judge's reference), ``after-empty-cache``. Prints the median and the
+what might change the wait: ``fresh`` and ``again`` (nothing before), ``after-float64`` (a
+float64 reduction over the inputs, as a judge's reference), ``after-cuda-profiler`` and
+``after-cpu-cuda-profiler`` (a torch.profiler session over the same calls, CUDA's activity
+only, then the CPU's too), ``after-empty-cache``. Prints the median and the
 quartiles of the wait per phase, in microseconds.
 
     python scripts/debug_flush_wait.py [--blocks 40] [--calls 16] [--mib 256]
@@ -54,19 +55,25 @@ def main(argv: List[str]) -> int:
             waits.append((time.perf_counter() - t0) * 1e6)
         return waits
 
-    def profiler() -> None:
-        from torch.profiler import ProfilerActivity, profile
+    def profiler(*kinds: str) -> Callable[[], None]:
+        def run() -> None:
+            from torch.profiler import ProfilerActivity, profile
 
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
-            for _ in range(calls):
-                torch.add(x, y)
-            torch.cuda.synchronize()
+            with profile(activities=[getattr(ProfilerActivity, k) for k in kinds]):
+                for _ in range(calls):
+                    torch.add(x, y)
+                torch.cuda.synchronize()
+
+        return run
 
     def float64() -> None:
         (x.double() * y.double()).sum().item()
 
-    steps: Dict[str, Callable[[], None]] = {"fresh": lambda: None, "after-profiler": profiler,
-                                            "after-float64": float64, "after-empty-cache": torch.cuda.empty_cache}
+    steps: Dict[str, Callable[[], None]] = {"fresh": lambda: None, "again": lambda: None,
+                                            "after-float64": float64,
+                                            "after-cuda-profiler": profiler("CUDA"),
+                                            "after-cpu-cuda-profiler": profiler("CPU", "CUDA"),
+                                            "after-empty-cache": torch.cuda.empty_cache}
     print("| phase | blocks | median us | quartiles us |")
     print("|---|---|---|---|")
     for name, before in steps.items():
