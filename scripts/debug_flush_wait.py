@@ -14,7 +14,10 @@ float64 reduction over the inputs, as a judge's reference), ``after-cuda-profile
 only, then the CPU's too), ``after-empty-cache``. Prints the median and the
 quartiles of the wait per phase, in microseconds.
 
-    python scripts/debug_flush_wait.py [--blocks 40] [--calls 16] [--mib 256]
+    python scripts/debug_flush_wait.py [--blocks 40] [--calls 16] [--mib 256] [--steps fresh,after-item,...]
+
+(``--steps``: the phases to run, in order; also ``after-alloc``, ``after-item``, ``after-sum``,
+``after-double``: one part of the float64 step each.)
 """
 
 from __future__ import annotations
@@ -69,11 +72,30 @@ def main(argv: List[str]) -> int:
     def float64() -> None:
         (x.double() * y.double()).sum().item()
 
+    def alloc() -> None:  # as much as float64() allocates, nothing computed
+        z = torch.empty(3 * 2 * n, dtype=torch.float32, device="cuda")
+        del z
+
+    def to_host() -> None:
+        x[0].item()
+
+    def reduce() -> None:
+        x.sum()
+        torch.cuda.synchronize()
+
+    def double() -> None:
+        x.double()
+        torch.cuda.synchronize()
+
     steps: Dict[str, Callable[[], None]] = {"fresh": lambda: None, "again": lambda: None,
                                             "after-float64": float64,
                                             "after-cuda-profiler": profiler("CUDA"),
                                             "after-cpu-cuda-profiler": profiler("CPU", "CUDA"),
-                                            "after-empty-cache": torch.cuda.empty_cache}
+                                            "after-empty-cache": torch.cuda.empty_cache,
+                                            "after-alloc": alloc, "after-item": to_host, "after-sum": reduce,
+                                            "after-double": double}
+    if "--steps" in argv:  # phases in this order: each in a fresh process tells one step's effect
+        steps = {k: steps[k] for k in argv[argv.index("--steps") + 1].split(",")}
     print("| phase | blocks | median us | quartiles us |")
     print("|---|---|---|---|")
     for name, before in steps.items():
