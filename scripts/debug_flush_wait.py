@@ -17,7 +17,8 @@ quartiles of the wait per phase, in microseconds.
     python scripts/debug_flush_wait.py [--blocks 40] [--calls 16] [--mib 256] [--steps fresh,after-item,...]
 
 (``--steps``: the phases to run, in order; also ``after-alloc``, ``after-item``, ``after-sum``,
-``after-double``: one part of the float64 step each.)
+``after-double``: one part of the float64 step each; ``after-tiny``: a one-element fill;
+``--tiny-at-start``: before the first phase, one recorder cycle around such a fill alone.)
 """
 
 from __future__ import annotations
@@ -83,6 +84,10 @@ def main(argv: List[str]) -> int:
         x.sum()
         torch.cuda.synchronize()
 
+    def tiny() -> None:  # one small fill, outside any tag
+        torch.zeros(1, device="cuda")
+        torch.cuda.synchronize()
+
     def double() -> None:
         x.double()
         torch.cuda.synchronize()
@@ -93,7 +98,11 @@ def main(argv: List[str]) -> int:
                                             "after-cpu-cuda-profiler": profiler("CPU", "CUDA"),
                                             "after-empty-cache": torch.cuda.empty_cache,
                                             "after-alloc": alloc, "after-item": to_host, "after-sum": reduce,
-                                            "after-double": double}
+                                            "after-double": double, "after-tiny": tiny}
+    if "--tiny-at-start" in argv:  # the kinds enabled, one small untagged fill, a flush: before any phase
+        rec.start()
+        tiny()
+        rec.stop()
     if "--steps" in argv:  # phases in this order: each in a fresh process tells one step's effect
         steps = {k: steps[k] for k in argv[argv.index("--steps") + 1].split(",")}
     print("| phase | blocks | median us | quartiles us |")
