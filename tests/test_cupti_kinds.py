@@ -135,33 +135,6 @@ def test_a_forked_child_does_not_take_its_parents_kinds_for_its_own(fake, monkey
     assert fake.count("enable") == 12
 
 
-def test_kept_enabled_a_recorder_primes_once_right_after_enabling_and_drops_what_that_recorded(fake):
-    """The first CUDA call after each forced flush waited as long as the block's GPU work
-    until some GPU work ran outside a tag with the kinds enabled (module docstring): the
-    prime runs then, before the first tag, followed by a forced flush."""
-    rec = CuptiRecorder(keep_enabled=True)
-    primed = []
-    rec.prime = lambda: (primed.append(len(fake.log)), fake.kernel(corr=99))
-    blocks(rec, fake, 3)  # each block's records are its own: the prime's kernel is not among them
-    assert primed == [6]  # once, right after the six kinds were enabled
-    assert fake.log[6] == ("flush",) and fake.count("flush") == 4
-    rec.close()
-    blocks(rec, fake, 1)  # enabled again after close: primed again
-    assert len(primed) == 2
-
-
-def test_a_prime_that_fails_or_a_recorder_that_enables_every_block_changes_nothing(fake):
-    rec = CuptiRecorder(keep_enabled=True)
-    rec.prime = lambda: 1 / 0
-    blocks(rec, fake, 2)
-    assert fake.count("flush") == 2
-    per_block = CuptiRecorder()
-    ran = []
-    per_block.prime = lambda: ran.append(1)
-    blocks(per_block, fake, 2)
-    assert ran == []  # enabled anew each block: the wait was measured with the kinds kept enabled only
-
-
 def test_the_bench_closes_its_case_timer_when_the_case_is_done(monkeypatch):
     closed = []
 
@@ -208,9 +181,8 @@ def test_the_bench_asks_for_a_recorder_that_keeps_the_kinds_enabled(monkeypatch)
     rec = Rec()
     factory.make_timer("cuda", Settings().measure, recorder=lambda: rec, cuda_device=NoGpu)
     assert not rec.keep_enabled  # other callers (tests, benchmarks) never close their timers
-    assert getattr(rec, "prime", None) is None
     factory.make_timer("cuda", Settings().measure, recorder=lambda: rec, cuda_device=NoGpu, keep_recording=True)
-    assert rec.keep_enabled and callable(rec.prime)  # primed with a one-element fill (a GPU test runs it)
+    assert rec.keep_enabled
 
     asked = []
     monkeypatch.setattr(factory, "make_timer", lambda *a, **k: asked.append(k) or "timer")

@@ -51,18 +51,6 @@ rose from 18-25 us to 20-34 us on the host; the kernels' own durations did not m
 (CUDA-event medians 46.85 vs 46.59 us and 208.29 vs 208.32 us with collection on and
 off). ``benchmarks/timing_fidelity.py`` measures it again per block.
 
-Priming: with the kinds kept enabled, in a process whose first GPU work under them was
-all tagged calls, the first CUDA call after each block's forced flush waited about as long
-as the block's GPU work (3.2-3.6 ms after 16 adds of 256 MiB, 0.36 ms after 8 of 16 MiB on
-an H100), every block, until any GPU work ran outside a tag while the kinds were enabled;
-from then on 0.3 ms (``scripts/debug_flush_wait.py``,
-``benchmarks/results/h100-2026-11-26/README.md``). The cause inside CUPTI or the driver is
-not known. So a recorder that keeps its kinds enabled runs :attr:`~CuptiRecorder.prime`
-(the bench's timers: a one-element fill, waited for) and a forced flush right after
-enabling them, and drops what that recorded. In the GPU example's defended runs the
-workers that had served the preflight were already past it; every later replicate's were
-not, and paid it on each block request.
-
 Ticks: :meth:`~CuptiRecorder.recalibrate` reads ``cupti.get_timestamp()`` (CUPTI's
 clock, in the records' ticks) against ``time.perf_counter_ns`` over ``calibrate_s``
 and snaps to exactly 1 ns per tick when within 0.2% of it (CUPTI's default on Linux);
@@ -76,7 +64,7 @@ import secrets
 import time
 import types
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from .kernel_time import KINDS, GpuRecord, Recorded, RecorderUnavailable
 
@@ -219,9 +207,6 @@ class CuptiRecorder:
         self._registered = False
         #: Leave the kinds enabled from one block to the next, until :meth:`close` (module docstring).
         self.keep_enabled = keep_enabled
-        #: With ``keep_enabled``: a little GPU work run once right after the kinds are enabled
-        #: (module docstring, "Priming"); None runs nothing.
-        self.prime: Optional[Callable[[], None]] = None
         self._depth = 0
         self.ticks_per_second = 1e9
         try:
@@ -258,21 +243,7 @@ class CuptiRecorder:
             if self._quiet:
                 self._quiet_runtime()
             _ENABLED_IN[0] = os.getpid()
-            if self.keep_enabled and self.prime is not None:
-                self._prime_now()
         self._collecting = True
-
-    def _prime_now(self) -> None:
-        """Run :attr:`prime` (a little GPU work outside every tag, waited for) and a forced
-        flush, right after the kinds were enabled; what it recorded is dropped."""
-        try:
-            self.prime()  # type: ignore[misc]
-            self._flush(1)
-        except Exception:  # a recorder that cannot prime times as before
-            pass
-        self._ext.clear()
-        self._api.clear()
-        self._raw.clear()
 
     def push(self, tag: int) -> None:
         self._push_fn(self._ext_kind, self._base + tag)

@@ -92,7 +92,6 @@ def make_timer(device: str, measure: MeasureSettings, *, before: Optional[Callab
             fallback = f"CUPTI unavailable: {e}"
         if keep_recording and hasattr(rec, "keep_enabled"):
             rec.keep_enabled = True  # type: ignore[union-attr]
-            rec.prime = _one_fill  # type: ignore[union-attr]
     dev = cuda_device()
     hooked = measure.cold and before is not None
     if hooked:
@@ -100,15 +99,6 @@ def make_timer(device: str, measure: MeasureSettings, *, before: Optional[Callab
     timer = CudaTimer(cold=measure.cold, device=dev, clock=clock, recorder=rec, fallback=fallback)
     timer.per_call_hook = hooked
     return timer
-
-
-def _one_fill() -> None:
-    """A recorder's prime (``CuptiRecorder.prime``): one element filled on the current
-    device, waited for."""
-    import torch
-
-    torch.zeros(1, device="cuda")
-    torch.cuda.synchronize()
 
 
 def side_timer(device: str, measure: MeasureSettings, before: Callable[[], None], after: Callable[[], None],
