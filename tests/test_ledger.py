@@ -145,7 +145,7 @@ def test_a_failing_peak_reading_never_fails_the_request(monkeypatch):
     """The ledger runs around every request, also one whose CUDA context broke: its own
     reading failing must leave the request's reply (or exception) as it was."""
     class Broken:
-        def reset_peak_memory_stats(self, device=None):
+        def reset_peak_memory_stats(self):
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
         memory_stats_as_nested_dict = reset_peak_memory_stats
@@ -166,11 +166,11 @@ def test_the_ledger_keeps_what_each_request_found_already_allocated(monkeypatch)
         """torch.cuda's nested statistics, as ``memory_stats_as_nested_dict`` returns them."""
         allocated = 0
 
-        def memory_stats_as_nested_dict(self, device=None):
+        def memory_stats_as_nested_dict(self):
             return {"allocated_bytes": {"all": {"current": self.allocated, "peak": self.allocated + 5}},
                     "reserved_bytes": {"all": {"current": 0, "peak": self.allocated + 5}}}
 
-        def reset_peak_memory_stats(self, device=None):
+        def reset_peak_memory_stats(self):
             pass
 
     fake = Fake()
@@ -192,10 +192,10 @@ def test_a_statistic_the_allocator_does_not_keep_is_unknown_not_zero(monkeypatch
     """An allocator without statistics (torch returns an empty dict, as for a pluggable
     allocator) leaves the device peaks unknown; the request is still counted."""
     class Bare:
-        def memory_stats_as_nested_dict(self, device=None):
+        def memory_stats_as_nested_dict(self):
             return {}
 
-        def reset_peak_memory_stats(self, device=None):
+        def reset_peak_memory_stats(self):
             pass
 
     book = ledger.Ledger("cuda")
@@ -205,30 +205,6 @@ def test_a_statistic_the_allocator_does_not_keep_is_unknown_not_zero(monkeypatch
     row = book.to_dict()["block"]
     assert row["count"] == 1
     assert row["held_allocated"] is None and row["peak_allocated"] is None and row["peak_reserved"] is None
-
-
-def test_the_ledger_asks_for_the_device_once_and_names_it_in_every_reading(monkeypatch):
-    """Asking torch for the current device is a driver call, which on a GPU with CUPTI's
-    activity kinds enabled waited 0.6-5 ms right after a timed block: the ledger reads
-    the device once and passes it to every reading."""
-    import torch
-
-    asked, read = [], []
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: asked.append(1) or 3)
-
-    def stats(device=None):
-        read.append(device)
-        return {"allocated_bytes": {"all": {"current": 1, "peak": 2}}, "reserved_bytes": {"all": {"peak": 2}}}
-
-    monkeypatch.setattr(torch.cuda, "memory_stats_as_nested_dict", stats)
-    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: read.append(device))
-    book = ledger.Ledger("cuda")
-    for _ in range(3):
-        book.start()
-        book.stop("block")
-    assert len(asked) == 1 and read == [3] * 9
-    assert book.to_dict()["block"]["peak_allocated"] == 2
 
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="Linux's /proc only")

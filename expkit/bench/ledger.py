@@ -38,29 +38,21 @@ class Ledger:
         self.rows: Dict[str, Dict[str, Any]] = {}
         self._t0 = 0.0
         self._held: Optional[int] = None
-        #: The worker's device, read once: torch asks the driver for the current device when
-        #: given none, and on a GPU with CUPTI's activity kinds enabled that call, the first
-        #: after a timed block, waited 0.6-5 ms (``benchmarks/results/h100-2026-11-26/``).
-        self._index: Optional[int] = None
 
     def _cuda(self) -> Any:
         if self.device != "cuda":
             return None
         import torch
 
-        if not torch.cuda.is_initialized():
-            return None
-        if self._index is None:
-            self._index = torch.cuda.current_device()
-        return torch.cuda
+        return torch.cuda if torch.cuda.is_initialized() else None
 
     def start(self) -> None:
+        cuda = self._cuda()
         self._held = None
         try:
-            cuda = self._cuda()
             if cuda is not None:
-                self._held = _device_bytes(cuda.memory_stats_as_nested_dict(self._index), "allocated_bytes", "current")
-                cuda.reset_peak_memory_stats(self._index)
+                self._held = _device_bytes(cuda.memory_stats_as_nested_dict(), "allocated_bytes", "current")
+                cuda.reset_peak_memory_stats()
         except Exception:  # a measurement aid never fails a request (a broken CUDA context, say)
             pass
         host_peak_reset()
@@ -72,11 +64,11 @@ class Ledger:
                                         "peak_reserved": None, "peak_rss": None})
         row["count"] += 1
         row["seconds"] += seconds
+        cuda = self._cuda()
         got = {"peak_rss": host_rss()[1], "held_allocated": self._held}
         try:
-            cuda = self._cuda()
             if cuda is not None:
-                stats = cuda.memory_stats_as_nested_dict(self._index)
+                stats = cuda.memory_stats_as_nested_dict()
                 got.update(peak_allocated=_device_bytes(stats, "allocated_bytes", "peak"),
                            peak_reserved=_device_bytes(stats, "reserved_bytes", "peak"))
         except Exception:  # as in start(): the request's own outcome stands
