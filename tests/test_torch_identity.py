@@ -51,6 +51,28 @@ def test_the_hot_check_sees_a_swapped_code_object_and_a_replaced_module_function
     assert snap.changed(hot_only=True) == []
 
 
+def test_a_cpu_blocks_hot_check_leaves_the_gpu_timings_functions_to_the_case_checkpoints(monkeypatch):
+    """A CPU block's timer and recheck never call the CUDA timer, the kernel-time recorder
+    or ``torch.cuda``: its hot check skips them (``gpu=False``), a GPU block's reads them,
+    and the full check at the case's end sees them either way. What a CPU block does call
+    (its timer, the clocks, the recheck's oracles) stays in its hot check."""
+    from expkit.timing import cuda_timer, per_call
+
+    snap = tamper.FunctionSnapshot.take()
+    assert snap.changed(hot_only=True, gpu=False) == [] and snap.changed(hot_only=True) == []
+    monkeypatch.setattr(cuda_timer.CudaTimer, "sample", lambda self, fn, number: 1e-9)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    assert snap.changed(hot_only=True, gpu=False) == []
+    gpu = snap.changed(hot_only=True)
+    assert "expkit.timing.cuda_timer.CudaTimer.sample (replaced)" in gpu and "torch.cuda.synchronize (replaced)" in gpu
+    assert "expkit.timing.cuda_timer.CudaTimer.sample (replaced)" in snap.changed()
+    monkeypatch.setattr(per_call.PerCallTimer, "sample", lambda self, fn, number: 1e-9)
+    assert snap.changed(hot_only=True, gpu=False) == ["expkit.timing.per_call.PerCallTimer.sample (replaced)"]
+    snap.watch(["torch.softmax"])  # a later watch rebuilds both hot subsets
+    monkeypatch.setattr(torch, "softmax", lambda *a, **k: None)
+    assert "torch.softmax (replaced)" in snap.changed(hot_only=True, gpu=False)
+
+
 def test_the_hot_check_sees_an_inherited_method_shadowed_and_a_module_function_removed(monkeypatch):
     """``torch.Tensor.clone`` lives on a base class: assigning ``torch.Tensor.clone`` puts a
     new one in front of it without touching the original, and the hot check still sees it;

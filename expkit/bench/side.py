@@ -143,7 +143,7 @@ class SideBench:
     def tamper_findings(self, when: str, case: Optional[str], *, hot_only: bool = False) -> List[Finding]:
         """Changes since the snapshot that no earlier checkpoint has reported (each once)."""
         out = []
-        replaced = [r for r in self.funcs0.changed(hot_only=hot_only) if r not in self._told]
+        replaced = [r for r in self.funcs0.changed(hot_only=hot_only, gpu=self.device != "cpu") if r not in self._told]
         self._told.update(replaced)
         if replaced:
             out.append(Finding(TAMPER, False, f"functions the harness relies on were changed {when}: "

@@ -7,8 +7,9 @@ the torch callables and ``Tensor`` methods the harness's own work in a side call
 snapshotted, object and code, before the candidate's module is imported
 (:class:`FunctionSnapshot`), and compared after the import, after the preflight, after
 each case and -- the *hot* subset, the clocks, torch and what the recheck calls --
-after every batch of timed blocks (``changed(hot_only=True)``; its cost per check is in
-``benchmarks/results/cpu-2026-11-26/README.md``).
+after every batch of timed blocks (``changed(hot_only=True)``, on a CPU run without the
+GPU timing's own functions; its cost per check is in
+``benchmarks/results/cpu-2026-11-26/README.md`` and ``cpu-2026-11-26b/``).
 
 The torch callables the *baseline* uses are known only once its trace is: its op names
 map to the public names that reach them (:func:`torch_callables_for`: ``aten::softmax``
@@ -67,6 +68,14 @@ HOT_PREFIXES = ("time.", "torch.", "gc.", "threading.", "expkit.timing.timer.", 
                 "expkit.checks.oracles.", "expkit.timing.per_call.", "expkit.timing.kernel_time.",
                 "expkit.timing.cupti_recorder.", "expkit.bench.fresh.FreshInputs",
                 "expkit.bench.side.CaseState", "expkit.bench.judge.Judge.recheck")
+
+
+#: Of the hot subset, what only a GPU block's timing calls (the CUDA timer, the kernel-time
+#: recorder, ``torch.cuda``): a CPU block's check leaves these to the case's checkpoints,
+#: which read every entry, as its state check leaves CUDA's settings (96 of 228 entries;
+#: ``benchmarks/results/cpu-2026-11-26b/README.md``).
+GPU_ONLY_PREFIXES = ("torch.cuda.", "expkit.timing.cuda_timer.", "expkit.timing.kernel_time.",
+                     "expkit.timing.cupti_recorder.")
 
 
 def _resolve_dotted(name: str) -> Tuple[Any, str, Any]:
@@ -139,14 +148,19 @@ class FunctionSnapshot:
             self.entries[name] = (container, attr, obj, _code_of(obj))
             added.append(name)
         self.__dict__.pop("_hot", None)
+        self.__dict__.pop("_hot_cpu", None)
         return [f"{n} (not torch's own)" for n in foreign(added)]
 
-    def changed(self, *, hot_only: bool = False) -> List[str]:
+    def changed(self, *, hot_only: bool = False, gpu: bool = True) -> List[str]:
+        """Entries changed since the snapshot; ``hot_only``: the hot subset only, and with
+        ``gpu=False`` (a CPU block) without :data:`GPU_ONLY_PREFIXES`."""
         if not hot_only:
             return _changed(self.entries.items())
-        hot = self.__dict__.get("_hot")
+        key = "_hot" if gpu else "_hot_cpu"
+        hot = self.__dict__.get(key)
         if hot is None:
-            hot = self.__dict__["_hot"] = _Hot([(n, e) for n, e in self.entries.items() if n.startswith(HOT_PREFIXES)])
+            hot = self.__dict__[key] = _Hot([(n, e) for n, e in self.entries.items() if n.startswith(HOT_PREFIXES)
+                                             and (gpu or not n.startswith(GPU_ONLY_PREFIXES))])
         return hot.changed()
 
 
