@@ -66,7 +66,7 @@ def test_a_cpu_blocks_state_check_leaves_cudas_settings_to_the_case_checkpoints(
     assert not {"torch.get_num_threads()", "torch.get_float32_matmul_precision()",
                 "torch function modes (stack depth)", "torch.backends.mkldnn.enabled"} & left_out
     side = SimpleNamespace(device="cpu", state0=full, _told=set(),
-                           funcs0=SimpleNamespace(changed=lambda hot_only=False: []))
+                           funcs0=SimpleNamespace(changed=lambda hot_only=False, gpu=True: []))
     from expkit.bench.side import SideBench
 
     old = torch.backends.cudnn.benchmark
