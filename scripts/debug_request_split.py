@@ -30,8 +30,9 @@ interval to S seconds (``sys.setswitchinterval``; Python's default is 0.005);
 ``EXPKIT_DEBUG_SYNC_LEDGER=1`` synchronises the device (timed) before each request's ledger
 reading; ``EXPKIT_DEBUG_SYNC_SAMPLE=1`` after each sample of the timer;
 ``EXPKIT_DEBUG_PREALLOC=N`` sets CUPTI's pre-allocated device buffers to N in every process;
-``EXPKIT_DEBUG_PROFILER_FIRST=N`` runs one torch.profiler session of N tiny kernels in each
-GPU worker before its first case (as the first pair's preflight profiles); ``EXPKIT_DEBUG_KINDS_OFF=1`` disables CUPTI's activity kinds after every block (the
+``EXPKIT_DEBUG_PROFILER_FIRST=N`` runs one torch.profiler session (CUDA activity) of N tiny
+kernels in each GPU worker before its first case, ``=capture`` one tiny kernel through the
+preflight's own ``checks.recording.capture`` (CPU and CUDA activity, shapes, memory); ``EXPKIT_DEBUG_KINDS_OFF=1`` disables CUPTI's activity kinds after every block (the
 recorder's ``keep_enabled`` off). CUPTI's buffers are counted by record kind as they are
 parsed (``cupti`` rows; ``cupti.parse`` among the parts).
 """
@@ -277,10 +278,15 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
 
                 t0 = _pc()
                 x = torch.ones(4, device="cuda")
-                with profile(activities=[ProfilerActivity.CUDA]):
-                    for _ in range(int(os.environ["EXPKIT_DEBUG_PROFILER_FIRST"])):
-                        x.add_(1)
-                    torch.cuda.synchronize()
+                if os.environ["EXPKIT_DEBUG_PROFILER_FIRST"] == "capture":  # as the preflight's profile request
+                    from expkit.checks import recording
+
+                    recording.capture(lambda: x.add_(1), cuda=True)
+                else:
+                    with profile(activities=[ProfilerActivity.CUDA]):
+                        for _ in range(int(os.environ["EXPKIT_DEBUG_PROFILER_FIRST"])):
+                            x.add_(1)
+                        torch.cuda.synchronize()
                 _rows().append(["fn", "profiler first", t0, _pc()])
                 _rows().append(["cupti_attrs_after_profiler", _cupti_attrs()])
             return _prep(self, *a, **k)
