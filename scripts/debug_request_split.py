@@ -32,7 +32,8 @@ reading; ``EXPKIT_DEBUG_SYNC_SAMPLE=1`` after each sample of the timer;
 ``EXPKIT_DEBUG_PREALLOC=N`` sets CUPTI's pre-allocated device buffers to N in every process;
 ``EXPKIT_DEBUG_PROFILER_FIRST=N`` runs one torch.profiler session (CUDA activity) of N tiny
 kernels in each GPU worker before its first case, ``=capture`` one tiny kernel through the
-preflight's own ``checks.recording.capture`` (CPU and CUDA activity, shapes, memory); ``EXPKIT_DEBUG_KINDS_OFF=1`` disables CUPTI's activity kinds after every block (the
+preflight's own ``checks.recording.capture`` (CPU and CUDA activity, shapes, memory),
+``=float64`` a float64 product and sum over 64M elements and ``empty_cache`` (as a judge); ``EXPKIT_DEBUG_KINDS_OFF=1`` disables CUPTI's activity kinds after every block (the
 recorder's ``keep_enabled`` off). CUPTI's buffers are counted by record kind as they are
 parsed (``cupti`` rows; ``cupti.parse`` among the parts).
 """
@@ -278,7 +279,12 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
 
                 t0 = _pc()
                 x = torch.ones(4, device="cuda")
-                if os.environ["EXPKIT_DEBUG_PROFILER_FIRST"] == "capture":  # as the preflight's profile request
+                if os.environ["EXPKIT_DEBUG_PROFILER_FIRST"] == "float64":  # as the preflight's judge: a wide reference
+                    y = torch.randn(1 << 26, device="cuda").double()
+                    (y * y).sum().item()
+                    del y
+                    torch.cuda.empty_cache()
+                elif os.environ["EXPKIT_DEBUG_PROFILER_FIRST"] == "capture":  # as the preflight's profile request
                     from expkit.checks import recording
 
                     recording.capture(lambda: x.add_(1), cuda=True)
