@@ -183,6 +183,11 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
                     t1 = _pc()
                     _torch_mod.cuda.synchronize()
                     _rows().append(["fn", "sync after sample", t1, _pc()])
+                    try:  # the CPU the main thread ran on (/proc stat's "processor")
+                        with open("/proc/thread-self/stat") as f:
+                            _rows().append(["cpu", int(f.read().rsplit(")", 1)[1].split()[36]), t1])
+                    except (OSError, ValueError, IndexError):
+                        pass
 
         cls.sample = sample
 
@@ -437,7 +442,8 @@ def split(folder: Path) -> List[str]:
 def per_process(folder: Path) -> List[str]:
     """Per worker process: its role, whether it served the preflight (the run's first pair)
     and medians (ms) of the parts that differ most between processes."""
-    out = ["| pid | role | pair | block requests | sync after sample | ledger.stop | handle |", "|---|---|---|---|---|---|---|"]
+    out = ["| pid | role | pair | block requests | sync after sample | ledger.stop | handle | CPUs after the sync |",
+           "|---|---|---|---|---|---|---|---|"]
     for pid, p in sorted(_load(folder).items()):
         if p["role"] == "parent":
             continue
@@ -450,8 +456,9 @@ def per_process(folder: Path) -> List[str]:
 
         hs = [(r[3] - r[2]) * 1e3 for r in rows if r[0] == "handle" and r[1] == "block"]
         first = "first (preflight)" if ops & {"judge", "trial_call"} else "later"
+        cpus = sorted({r[1] for r in rows if r[0] == "cpu"})
         out.append(f"| {pid} | {p['role']} | {first} | {len(hs)} | {med('sync after sample')} | {med('ledger.stop')} | "
-                   f"{statistics.median(hs) if hs else 0:.2f} |")
+                   f"{statistics.median(hs) if hs else 0:.2f} | {','.join(map(str, cpus)) or '-'} |")
     return out
 
 

@@ -49,8 +49,8 @@ def test_per_process_tells_the_first_pair_from_later_ones(tmp_path):
     _write(tmp_path, 9, [["role", "baseline"], ["handle", "block", 2.0, 2.014],
                          ["fn", "sync after sample", 2.005, 2.009]])
     table = _script().per_process(tmp_path)
-    assert table[2] == "| 5 | baseline | first (preflight) | 1 | 1.00 | - | 10.00 |"
-    assert table[3] == "| 9 | baseline | later | 1 | 4.00 | - | 14.00 |"
+    assert table[2] == "| 5 | baseline | first (preflight) | 1 | 1.00 | - | 10.00 | - |"
+    assert table[3] == "| 9 | baseline | later | 1 | 4.00 | - | 14.00 | - |"
 
 
 def test_the_hook_logs_a_real_cpu_run(tmp_path, capsys):
