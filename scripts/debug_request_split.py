@@ -29,6 +29,8 @@ budget). ``EXPKIT_DEBUG_SWITCH=S`` in the environment sets every process's GIL s
 interval to S seconds (``sys.setswitchinterval``; Python's default is 0.005);
 ``EXPKIT_DEBUG_SYNC_LEDGER=1`` synchronises the device (timed) before each request's ledger
 reading; ``EXPKIT_DEBUG_SYNC_SAMPLE=1`` after each sample of the timer;
+``EXPKIT_DEBUG_SCHED=F`` sets each worker's primary CUDA context's scheduling flags to F
+before its context exists (2: yield, 4: blocking sync; the default spins);
 ``EXPKIT_DEBUG_PREALLOC=N`` sets CUPTI's pre-allocated device buffers to N in every process;
 ``EXPKIT_DEBUG_PROFILER_FIRST=N`` runs one torch.profiler session (CUDA activity) of N tiny
 kernels in each GPU worker before its first case, ``=capture`` one tiny kernel through the
@@ -270,6 +272,26 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
             except Exception as e:
                 out[name] = repr(e)[:80]
         return out
+
+    if os.environ.get("EXPKIT_DEBUG_SCHED"):  # a debug variant: each worker's CUDA context flags (2 yield, 4 blocking)
+        from expkit.bench import side as _sd1
+
+        _sb_init = _sd1.SideBench.__init__
+
+        def _sched_init(self, *a, **k):
+            import ctypes
+
+            try:
+                cu = ctypes.CDLL("libcuda.so.1")
+                dev = ctypes.c_int()
+                got = (cu.cuInit(0), cu.cuDeviceGet(ctypes.byref(dev), 0),
+                       cu.cuDevicePrimaryCtxSetFlags_v2(dev, int(os.environ["EXPKIT_DEBUG_SCHED"])))
+            except (OSError, AttributeError) as e:
+                got = repr(e)
+            _rows().append(["sched_flags", str(got)])
+            return _sb_init(self, *a, **k)
+
+        _sd1.SideBench.__init__ = _sched_init
 
     if os.environ.get("EXPKIT_DEBUG_PROFILER_FIRST"):  # a debug variant: torch.profiler once before a case
         from expkit.bench import side as _sd0
