@@ -14,30 +14,39 @@ harness is changed but the wrappers' own cost (a ``perf_counter`` and a buffered
 append each).
 
 Then, per worker role, for the ``block`` requests: medians and means (ms) of the parent's
-send to the worker's header read (delivery and wake-up), the header to the decoded message,
-the handle, the handle's end to the reply's send, the send's start to the parent's
-receive returning (encoding, delivery, wake-up, decoding: the send's own end is not used,
-since a worker that shares a core with the parent is often preempted inside its write), and the collections' time inside each
-segment in either process. Segments are cut by stamps from two processes, so each is a
-difference of one clock's readings.
+send to the worker's header read (delivery and wake-up), the header to the decoded
+message, the handle, the handle's end to the reply's send, the send's start to the
+parent's receive returning (encoding, delivery, wake-up, decoding: the send's own end is
+not used, since a worker that shares a core with the parent is often preempted inside its
+write), the collections' time inside each segment in either process, and the named
+harness functions' time inside the handle (the ledger and its readings, the checks, the
+pin's hand-overs, CUPTI's parsing). Segments are cut by stamps from two processes, so each
+is a difference of one clock's readings. ``--per-process`` prints medians per worker
+process: its role, whether it served the preflight, the synchronise after each sample,
+the ledger's stop, the handle, and the CPUs its main thread ran on.
 
     python scripts/debug_request_split.py MANIFEST OUT_DIR [--rounds 1] [override ...]
-    python scripts/debug_request_split.py --per-process OUT_DIR/logs-1   (medians per worker)
+    python scripts/debug_request_split.py --per-process OUT_DIR/logs-1
 
 Base overrides: ``measure=quick measure.max_seconds=2 measure.target_ci=0`` (a pinned
-budget). ``EXPKIT_DEBUG_SWITCH=S`` in the environment sets every process's GIL switch
-interval to S seconds (``sys.setswitchinterval``; Python's default is 0.005);
-``EXPKIT_DEBUG_SYNC_LEDGER=1`` synchronises the device (timed) before each request's ledger
-reading; ``EXPKIT_DEBUG_SYNC_SAMPLE=1`` after each sample of the timer;
-``EXPKIT_DEBUG_SCHED=F`` sets each worker's primary CUDA context's scheduling flags to F
-before its context exists (2: yield, 4: blocking sync; the default spins);
-``EXPKIT_DEBUG_PREALLOC=N`` sets CUPTI's pre-allocated device buffers to N in every process;
-``EXPKIT_DEBUG_PROFILER_FIRST=N`` runs one torch.profiler session (CUDA activity) of N tiny
-kernels in each GPU worker before its first case, ``=capture`` one tiny kernel through the
-preflight's own ``checks.recording.capture`` (CPU and CUDA activity, shapes, memory),
-``=float64`` a float64 product and sum over 64M elements and ``empty_cache`` (as a judge); ``EXPKIT_DEBUG_KINDS_OFF=1`` disables CUPTI's activity kinds after every block (the
-recorder's ``keep_enabled`` off). CUPTI's buffers are counted by record kind as they are
-parsed (``cupti`` rows; ``cupti.parse`` among the parts).
+budget). Debug variants, by environment variable:
+
+* ``EXPKIT_DEBUG_SWITCH=S``: every process's GIL switch interval S seconds (Python's 0.005);
+* ``EXPKIT_DEBUG_SYNC_LEDGER=1``: the device synchronised (timed) before each ledger reading;
+* ``EXPKIT_DEBUG_SYNC_SAMPLE=1``: the same after each sample of the timer (``sync after
+  sample``; with it, the ``cpu`` rows);
+* ``EXPKIT_DEBUG_KINDS_OFF=1``: CUPTI's activity kinds disabled after every block;
+* ``EXPKIT_DEBUG_SCHED=F``: each worker's primary CUDA context's scheduling flags set to F
+  before the context exists (2 yield, 4 blocking sync; CUDA's default spins);
+* ``EXPKIT_DEBUG_PREALLOC=N``: CUPTI's pre-allocated device buffers set to N at each
+  interpreter's start (it hung a GPU run: ``benchmarks/results/h100-2026-11-26/``);
+* ``EXPKIT_DEBUG_PROFILER_FIRST=N``: in each GPU worker before its first case, a
+  torch.profiler session (CUDA activity) of N tiny kernels; ``=capture``: one tiny kernel
+  through the preflight's own ``checks.recording.capture`` (CPU and CUDA activity, shapes,
+  memory); ``=float64``: a float64 product and sum over 64M elements, then ``empty_cache``.
+
+CUPTI's buffers are counted by record kind as they are parsed (``cupti`` rows), and each
+process's CUPTI device-buffer attributes logged at its first sample (``cupti_attrs``).
 """
 
 from __future__ import annotations
