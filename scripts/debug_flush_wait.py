@@ -3,8 +3,9 @@
 A script for the device, not a test. In the GPU example's defended runs
 (``benchmarks/results/h100-2026-11-26/``) the first CUDA driver call after each timed block
 (torch's ``current_device``, wherever it came: the request ledger or the next block)
-waited 0.6-0.9 ms in the workers that had served the preflight and 3.5-5 ms in every later
-replicate's fresh workers. This reproduces the recorder's cycle without the bench: the
+waited 0.6-0.9 ms in the workers that had served the preflight (as a rule) and 3.4-5.1 ms
+in later replicates' workers. This reproduces a wait of the kind without the bench (not its
+trigger there: priming the bench's recorder as below did not help): the recorder's cycle, the
 kinds enabled once (``keep_enabled``), then per block a ``start``, ``calls`` launches of an
 add on ``MiB`` of float32, a synchronise, a ``stop`` (the forced flush), and the next
 ``torch.cuda.current_device()`` timed. Phases run in turn in one fresh process, each after
