@@ -20,7 +20,8 @@ The checks are replaced in this script's own process before the CLI runs, and re
 workers because they are forked from it (``defences.start_method=fork``). Prints, per
 manifest, the median and range of each variant's measurement phase, its excess over the
 undefended median and, for the defended runs, over the isolation-only median: what the
-checks, fresh inputs and rechecks cost beyond isolation.
+checks, fresh inputs and rechecks cost beyond isolation; beside each excess, its range
+when taken round by round. Each round starts one variant later than the round before.
 
     python benchmarks/isolation_floor.py [MANIFEST ...] [--rounds 3] [--max-seconds 2] [-- k=v ...]
 """
@@ -82,6 +83,13 @@ def run_once(manifest: Path, variant: str, max_seconds: float, extra: List[str],
     return float(json.loads((out / "result.json").read_text())["stages"]["measure"])
 
 
+def _by_round(xs: Sequence[float], ys: Sequence[float]) -> str:
+    """The excess of ``xs`` over ``ys`` round by round (runs of one round are neighbours in
+    time), as the range over the rounds: how far one three-round median can move."""
+    r = [x / y - 1 for x, y in zip(xs, ys)]
+    return f" ({min(r):+.1%} to {max(r):+.1%} by round)" if len(r) > 1 else ""
+
+
 def table(rows: Dict[str, Dict[str, List[float]]]) -> List[str]:
     out = ["| manifest | variant | runs | measurement phase s (median, min-max) | over the undefended "
            "| over isolation only |", "|---|---|---|---|---|---|"]
@@ -90,8 +98,8 @@ def table(rows: Dict[str, Dict[str, List[float]]]) -> List[str]:
         for v in VARIANTS:
             xs = got[v]
             med = statistics.median(xs)
-            over = "" if v == "undefended" else f"{med / base - 1:+.1%}"
-            checks = f"{med / floor - 1:+.1%}" if v == "defended" else ""
+            over = "" if v == "undefended" else f"{med / base - 1:+.1%}" + _by_round(xs, got["undefended"])
+            checks = f"{med / floor - 1:+.1%}" + _by_round(xs, got["isolation only"]) if v == "defended" else ""
             out.append(f"| {m} | {v} | {len(xs)} | {med:.2f} ({min(xs):.2f}-{max(xs):.2f}) | {over} | {checks} |")
     return out
 
@@ -112,8 +120,11 @@ def main(argv: List[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for m in args.manifests:
             got: Dict[str, List[float]] = {v: [] for v in VARIANTS}
+            names = list(VARIANTS)
             for r in range(args.rounds):
-                for k, v in enumerate(VARIANTS):
+                # Each round starts one variant later, so no variant always runs first (or right
+                # after the same other one) in a round.
+                for k, v in enumerate(names[r % len(names):] + names[:r % len(names)]):
                     got[v].append(run_once(m, v, args.max_seconds, extra, Path(tmp) / f"{m.stem}-{r}-{k}"))
             rows[m.name] = got
     print("\n".join(table(rows)))
