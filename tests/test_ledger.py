@@ -249,3 +249,37 @@ def test_a_descriptor_reused_by_code_under_test_is_never_written_to(tmp_path):
     assert victim.read_bytes() == b""  # and wrote nothing into the candidate's file
     os.close(fd)
     assert memory.host_rss()[0] is not None
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="Linux's /proc only")
+def test_a_forked_worker_closes_its_parents_kept_proc_files_before_the_code_under_test_runs():
+    """The parent's ``clear_refs`` descriptor, inherited by a fork, is writable: a worker
+    closes it (with the status file) where it closes ``multiprocessing``'s descriptors,
+    before importing its side's code, and opens its own when its ledger reads."""
+    import os
+
+    from expkit.bench import memory, worker
+
+    memory.host_peak_reset(), memory.host_rss()
+    inherited = [f.fd() for f in memory.PROC_FILES]
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        worker._release_inherited()  # noqa: SLF001 -- the step worker_main takes first
+        closed = []
+        for fd in inherited:
+            try:
+                os.fstat(fd)
+                closed.append(False)
+            except OSError:
+                closed.append(True)
+        ok = memory.host_peak_reset() and memory.host_rss()[0] is not None
+        os.write(w, f"{all(closed)} {ok}".encode())
+        os._exit(0)
+    os.close(w)
+    got = os.read(r, 64).decode()
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert got == "True True", got
+    assert [f.fd() for f in memory.PROC_FILES] == inherited  # the parent's own stay open

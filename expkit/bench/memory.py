@@ -119,15 +119,22 @@ class ProcFile:
             return False
         return (st.st_dev, st.st_ino) == self._id
 
-    def fd(self) -> int:
-        """This process's descriptor of the file, opened if need be; OSError where it cannot be."""
-        if self._fd is not None:
-            ours = self._ours()
-            if ours and self._pid == os.getpid():
-                return self._fd
-            if ours:  # a fork's copy of the parent's file: closed, and this process's opened
+    def release_inherited(self) -> None:
+        """Close a forked child's copy of its parent's descriptor (a worker does, before the
+        code under test is imported: that code must find no descriptor of its parent's
+        ``/proc`` files); this process's own stays."""
+        if self._fd is not None and self._pid != os.getpid():
+            if self._ours():
                 os.close(self._fd)
             self._fd = None
+
+    def fd(self) -> int:
+        """This process's descriptor of the file, opened if need be; OSError where it cannot be."""
+        self.release_inherited()
+        if self._fd is not None:
+            if self._ours():
+                return self._fd
+            self._fd = None  # closed, or its number reused, by someone else: never touched
         fd = os.open(self.path, self.flags | os.O_CLOEXEC)
         st = os.fstat(fd)
         self._fd, self._pid, self._id = fd, os.getpid(), (st.st_dev, st.st_ino)
@@ -136,6 +143,8 @@ class ProcFile:
 
 CLEAR_REFS = ProcFile("/proc/self/clear_refs", os.O_WRONLY)
 STATUS_FILE = ProcFile("/proc/self/status", os.O_RDONLY)
+#: The kept files, for a worker to release its parent's copies (:meth:`ProcFile.release_inherited`).
+PROC_FILES = (CLEAR_REFS, STATUS_FILE)
 
 
 def host_peak_reset() -> bool:

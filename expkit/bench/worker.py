@@ -19,6 +19,7 @@ from ..core.errors import ExpkitError, ManifestError
 from .allocator import steady as steady_allocator
 from .blas import worker_scipy_threads
 from .channel import HEADER, KEY_LEN, MAGIC, Channel, ChannelError, read_exact
+from .memory import PROC_FILES
 
 
 def _redirect(fd: int, path: str) -> None:
@@ -50,8 +51,12 @@ def _release_inherited() -> None:
     every descriptor it finds would break them for the workers after it. Closing
     them leaves the channel's two pipes and stdio. Both attributes are CPython's
     (3.8 to 3.13); where they are missing nothing is closed. A candidate that asks
-    for a resource tracker later gets a fresh one."""
+    for a resource tracker later gets a fresh one. A forked worker also holds the
+    parent's ``/proc/self`` files that :mod:`.memory` keeps open (``clear_refs``
+    among them, writable): closed too, and the worker opens its own."""
     release_forkserver_pipe()
+    for kept in PROC_FILES:  # the parent's own /proc files, kept open by its memory readings
+        kept.release_inherited()
     try:
         from multiprocessing import resource_tracker
 
