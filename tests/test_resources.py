@@ -101,6 +101,41 @@ def test_short_blocks_are_pooled_before_they_are_judged():
     assert f is not None and "21.0 ms" in f.message
 
 
+def test_a_measurement_whose_blocks_never_fill_a_pool_is_judged_when_the_case_ends():
+    # Seen in a clean-clone CI run: at a quick budget every block of a worker fit in one
+    # pool under min_wall_s, nothing was judged, and a candidate on two cores was supported.
+    r = FakeReader(7)
+    acc = account(r)
+    for _ in range(3):
+        r.block(0.004, {100: 1.0, 101: 1.0})
+        assert timed(acc, r) is None
+    f = acc.close()
+    assert f is not None and f.severity == INVALID and "12.0 ms" in f.message
+    s = acc.summary()
+    assert s["flagged"] and s["peak_cores"] > s["limit"] and s["peak_wall_ms"] == pytest.approx(12.0)
+    assert acc.close() is None  # the pool is gone
+
+
+def test_an_honest_short_measurement_is_judged_and_passes():
+    r = FakeReader(8)
+    acc = account(r)
+    for _ in range(3):
+        r.block(0.004, {100: 1.0, 101: 0.02})
+        assert timed(acc, r) is None
+    assert acc.close() is None
+    assert acc.summary()["peak_cores"] == pytest.approx(1.02, abs=0.02) and not acc.summary()["flagged"]
+
+
+def test_a_short_tail_after_judged_spans_is_left_unjudged():
+    r = FakeReader(9)
+    acc = account(r)
+    r.block(0.05, {100: 1.0})
+    assert timed(acc, r) is None
+    r.block(0.002, {100: 1.0, 101: 1.0})  # 2 ms: a waking pool, too short to decide a judged run
+    assert timed(acc, r) is None
+    assert acc.close() is None and acc.summary()["peak_cores"] == pytest.approx(1.0, abs=0.03)
+
+
 def test_one_busy_thread_on_two_cores_worth_is_not_enough_threads():
     # CPU time above the limit but from one thread cannot happen on a real clock; a
     # reading like it (a clock step) must not invalidate a run on its own.

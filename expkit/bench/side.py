@@ -378,13 +378,14 @@ class SideBench:
         if cs is not None:
             cs.close()
         self.exporter.release_exports()
-        name = cs.name if cs is not None else None
-        self.resources = cs.account.summary() if cs is not None and cs.account is not None else None
-        out = self.tamper_findings(f"while the {self.role}'s case was measured", name) if self.defended else []
+        name, acct = (cs.name, cs.account) if cs is not None else (None, None)
+        left = acct.close() if acct is not None else None  # a measurement whose blocks never filled a pool
+        self.resources = acct.summary() if acct is not None else None
+        out = [left] if left is not None else []
+        out += self.tamper_findings(f"while the {self.role}'s case was measured", name) if self.defended else []
         if cs is not None and not cs.fresh.salted:
-            out.append(Finding("fresh-inputs", False, "no floating-point input with two or more elements to salt: "
-                               "timed calls repeat their inputs (use defences.fresh=regenerate)", name,
-                               severity=WARNING))
+            out.append(Finding("fresh-inputs", False, "no floating-point input with two or more elements to salt: timed"
+                               " calls repeat their inputs (use defences.fresh=regenerate)", name, severity=WARNING))
         return out
 
     def close(self) -> None:

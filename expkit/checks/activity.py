@@ -342,15 +342,29 @@ class ResourceAccount:
             key=lambda x: -x[1])))
         return self.judge(use)
 
-    def judge(self, use: CpuUse) -> Optional[Finding]:
-        """Pool ``use`` with shorter spans before it and judge the pool once it is long enough."""
+    def close(self) -> Optional[Finding]:
+        """Judge the blocks left in the pool when the case ends, if no span was judged yet.
+
+        Every block of a short measurement can fit in one pool shorter than ``min_wall_s``
+        (a quick budget; a clean-clone CI run saw a candidate on two cores come out
+        ``supported`` with no span judged). Such a side is judged on all it timed rather
+        than passed unjudged; a tail after judged spans stays unjudged, so a short tail's
+        scheduler noise never decides a run that has longer spans behind it."""
+        pool, self._pool = self._pool, None
+        if pool is None or pool.wall_s <= 0 or self.peak is not None:
+            return None
+        return self.judge(pool, final=True)
+
+    def judge(self, use: CpuUse, *, final: bool = False) -> Optional[Finding]:
+        """Pool ``use`` with shorter spans before it and judge the pool once it is long
+        enough (``final``: judge it whatever its length; :meth:`close`)."""
         if self._pool is not None:
             merged: Dict[int, float] = dict(self._pool.threads)
             for tid, c in use.threads:
                 merged[tid] = merged.get(tid, 0.0) + c
             use = CpuUse(self._pool.wall_s + use.wall_s, self._pool.cpu_s + use.cpu_s,
                          tuple(sorted(merged.items(), key=lambda x: -x[1])))
-        if use.wall_s < self.min_wall_s:
+        if use.wall_s < self.min_wall_s and not final:
             self._pool = use
             return None
         self._pool = None
