@@ -1,5 +1,5 @@
-"""Resource accounting around timed blocks (check ``resources``), multiprocessing's helper
-processes (not the candidate's work), and other processes on the GPU (``gpu-processes``).
+"""Resource accounting around timed blocks (check ``resources``) and other processes on the
+GPU (``gpu-processes``); child processes and multiprocessing's helpers: tests/test_children.py.
 
 The clocks and /proc are seams: seeded fakes here, the real ones in the live tests.
 """
@@ -9,8 +9,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import random
-import subprocess
-import sys
 import time
 from typing import Dict, List, Optional, Tuple
 
@@ -194,61 +192,6 @@ def test_the_real_clocks_see_the_busy_thread():
     t1, c1 = reader.thread_cpu_ns(), reader.process_cpu_ns()
     assert abs((t1[me] - t0[me]) - own) < 2_000_000  # the per-thread clock read through its tid
     assert c1 - c0 >= own - 2_000_000
-
-
-# --- multiprocessing's helpers ----------------------------------------------------------------
-
-
-def fake_proc(cmd: List[str], state: str = "S", cpu_ticks: int = 5):
-    stat = f"123 (python) {state} 1 1 1 0 -1 0 0 0 0 0 {cpu_ticks} 0 0 0 20 0 1 0 100 0 0".encode()
-
-    def read(path: str) -> Optional[bytes]:
-        if path.endswith("/cmdline"):
-            return b"\0".join(c.encode() for c in cmd) + b"\0"
-        if path.endswith("/stat"):
-            return stat
-        return None
-    return read
-
-
-TRACKER = [sys.executable, "-B", "-c", "from multiprocessing.resource_tracker import main;main(11)"]
-
-
-def test_helper_processes_are_recognised_by_their_command_line_and_idleness():
-    assert activity.helper_process(123, fake_proc(TRACKER))
-    assert activity.helper_process(123, fake_proc(
-        [sys.executable, "-c", "from multiprocessing.forkserver import main; main(9, 10, ['__main__'], **{})"]))
-    # the same command line with more code after it: not the helper
-    assert not activity.helper_process(123, fake_proc(TRACKER[:-1] + [TRACKER[-1] + "; import work; work.run()"]))
-    # running, or having used more CPU than an interpreter's start-up: not idle
-    assert not activity.helper_process(123, fake_proc(TRACKER, state="R"))
-    assert not activity.helper_process(123, fake_proc(TRACKER, cpu_ticks=1000))
-    assert not activity.helper_process(123, fake_proc([sys.executable, "worker.py"]))
-
-
-def test_the_resource_tracker_is_not_a_new_child():
-    """Regression (audits, torch.compile): the resource tracker that compiled code starts lazily
-    in a worker was counted as "1 new child process still running"."""
-    from multiprocessing import resource_tracker
-
-    before = activity.child_pids()
-    resource_tracker.ensure_running()
-    pid = resource_tracker._resource_tracker._pid
-    if pid is None:
-        pytest.skip("this Python's resource tracker runs in no process of its own")
-    time.sleep(0.2)  # let it settle into its read
-    assert pid not in activity.child_pids()
-    assert activity.child_pids() - before == frozenset()
-
-
-def test_a_busy_child_is_still_counted():
-    p = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 5: pass"])
-    try:
-        time.sleep(0.3)
-        assert p.pid in activity.child_pids()
-    finally:
-        p.kill()
-        p.wait()
 
 
 # --- other processes on the GPU ------------------------------------------------------------------

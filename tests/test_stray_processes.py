@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from expkit.checks.activity import descendants
+from expkit.checks.children import descendants
 from expkit.runner import run_manifest
 
 CODE = textwrap.dedent('''

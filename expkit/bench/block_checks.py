@@ -19,7 +19,8 @@ from __future__ import annotations
 import threading
 from typing import Any, List
 
-from ..checks.activity import THREADS, Activity, child_pids, new_activity, parked_new_threads
+from ..checks.activity import THREADS, Activity, new_activity, parked_new_threads
+from ..checks.children import child_pids
 from ..core.findings import Finding
 
 

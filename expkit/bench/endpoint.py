@@ -46,7 +46,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import torch  # before _THREADS_AT_IMPORT: its own helper thread is not ours
 
-from ..checks.activity import descendants
+from ..checks.children import descendants
 from ..core.errors import ExpkitError, ManifestError
 from ..core.findings import Finding
 from .blas import load_scipy_single_threaded

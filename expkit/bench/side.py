@@ -38,7 +38,7 @@ from dataclasses import asdict
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ..checks import oracles, preflight
-from ..checks.activity import THREADS, ResourceAccount, activity, child_pids, new_activity, set_cpu_threads, settle
+from ..checks.activity import THREADS, ResourceAccount, activity, new_activity, set_cpu_threads, settle
 from ..checks.global_state import GLOBAL_STATE, snapshot_state, state_changes
 from ..core.findings import WARNING, Finding
 from ..manifest.settings import Settings

@@ -6,7 +6,8 @@ and around every timed call (threads) or block (processes). A thread pool starte
 first use leaves workers behind that wait for the next task: those are *parked* and
 not counted. The helper processes ``multiprocessing`` starts for itself (its resource
 tracker and fork server, which torch.compile's workers start lazily) are not the
-candidate's work and are not counted while they stay idle (:func:`helper_process`).
+candidate's work and are not counted while they stay idle (:func:`.children.helper_process`;
+child processes are read in :mod:`.children`).
 
 The ``resources`` check (:class:`ResourceAccount`): the CPU time the process spent
 during a timed block against the block's wall time, and which threads spent it. A
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 from ..core.findings import INVALID, WARNING, Finding
+from .children import child_pids, read_proc
 
 THREADS = "threads"
 RESOURCES = "resources"
@@ -44,91 +46,6 @@ class Activity:
 
     threads: Mapping[int, str]
     children: FrozenSet[int]
-
-
-#: The command line ``multiprocessing`` gives its own helper processes (``-c`` and the code).
-HELPER_COMMAND = re.compile(r"^from multiprocessing\.(resource_tracker|forkserver) import main;\s*main\([^()]*\)$")
-#: CPU time a helper may have used and still count as idle (a Python interpreter's start-up).
-HELPER_CPU_S = 1.0
-
-
-def _read(path: str) -> Optional[bytes]:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def helper_process(pid: int, read: Callable[[str], Optional[bytes]] = _read) -> bool:
-    """Whether child ``pid`` is one of ``multiprocessing``'s own idle helpers.
-
-    The rule: its command line is a Python interpreter running exactly the code
-    ``multiprocessing`` starts its resource tracker or fork server with
-    (:data:`HELPER_COMMAND`), it is not on a CPU now, and it has used less CPU time than
-    an interpreter's start-up (:data:`HELPER_CPU_S`). A process that only borrows the
-    command line but computes fails the last two."""
-    raw = read(f"/proc/{pid}/cmdline")
-    if not raw:
-        return False
-    argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
-    if "-c" not in argv[:-1] or not HELPER_COMMAND.match(argv[argv.index("-c") + 1].strip()):
-        return False
-    stat = read(f"/proc/{pid}/stat")
-    if not stat:
-        return False
-    fields = stat.decode(errors="replace").rsplit(")", 1)[-1].split()
-    try:
-        state, utime, stime = fields[0], int(fields[11]), int(fields[12])
-    except (IndexError, ValueError):
-        return False
-    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    return state in ("S", "D", "I") and (utime + stime) / ticks < HELPER_CPU_S
-
-
-def descendants(pid: int, proc: str = "/proc") -> List[int]:
-    """Every live descendant of process ``pid``, children first (Linux ``/proc``; empty
-    elsewhere): the children of each of its threads, and theirs, to any depth."""
-    out: List[int] = []
-    todo = [pid]
-    while todo:
-        p = todo.pop(0)
-        try:
-            tids = os.listdir(f"{proc}/{p}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"{proc}/{p}/task/{tid}/children") as f:
-                    kids = [int(k) for k in f.read().split()]
-            except (OSError, ValueError):
-                continue
-            for k in kids:
-                if k not in out and k != pid:
-                    out.append(k)
-                    todo.append(k)
-    return out
-
-
-def child_pids() -> FrozenSet[int]:
-    """Children of every thread of this process (Linux ``/proc``; empty elsewhere), less
-    ``multiprocessing``'s idle helper processes (:func:`helper_process`)."""
-    out: set = set()
-    try:
-        for tid in os.listdir("/proc/self/task"):
-            try:  # os.open/os.read: a third of the cost of open() here, and it runs twice a timed block
-                fd = os.open(f"/proc/self/task/{tid}/children", os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                out.update(int(p) for p in os.read(fd, 65536).split())
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
-    except OSError:
-        pass
-    return frozenset(p for p in out if not helper_process(p)) if out else frozenset()
 
 
 def activity() -> Activity:
@@ -441,7 +358,7 @@ def _start_ticks(pid: int, read: Callable[[str], Optional[bytes]]) -> Optional[i
 
 def gpu_neighbours(index: int, run_pids: Sequence[int], since_pid: int, *, case: Optional[str] = None,
                    processes: Optional[NvmlProcesses] = None,
-                   read: Callable[[str], Optional[bytes]] = _read) -> List[Finding]:
+                   read: Callable[[str], Optional[bytes]] = read_proc) -> List[Finding]:
     """Processes with a compute context on GPU ``index`` that are not the run's (``run_pids``:
     the parent and both workers), for the lead to call around a block or a case.
 
