@@ -26,6 +26,7 @@ class FakeReader:
         self.rng = random.Random(seed)
         self.wall = 0
         self.threads: Dict[int, int] = {100: 0}
+        self.exited = 0
         self.plan: List[Tuple[float, Dict[int, float]]] = []  # (wall s, {tid: busy fraction})
 
     def block(self, wall_s: float, busy: Dict[int, float]) -> None:
@@ -35,7 +36,11 @@ class FakeReader:
         return self.wall
 
     def process_cpu_ns(self) -> int:
-        return sum(self.threads.values())
+        return sum(self.threads.values()) + self.exited
+
+    def short_lived(self, cpu_s: float) -> None:
+        """A thread that started and ended within the block: only the process clock keeps its time."""
+        self.exited += int(cpu_s * 1e9)
 
     def thread_cpu_ns(self) -> Dict[int, int]:
         return dict(self.threads)
@@ -132,6 +137,47 @@ def test_a_short_tail_after_judged_spans_is_left_unjudged():
     r.block(0.002, {100: 1.0, 101: 1.0})  # 2 ms: a waking pool, too short to decide a judged run
     assert timed(acc, r) is None
     assert acc.close() is None and acc.summary()["peak_cores"] == pytest.approx(1.0, abs=0.03)
+
+
+def test_threads_that_ended_within_the_block_count_as_a_thread_that_ran():
+    # A thread started and joined inside each call is gone when the block ends: before,
+    # such a candidate read 1.75 cores and one thread, and was supported
+    # (tests/adversarial/cpu/thread_per_call_cores.yaml).
+    r = FakeReader(10)
+    acc = account(r)
+    r.block(0.05, {100: 1.0})
+    acc.begin()
+    r.run()
+    r.short_lived(0.04)
+    f = acc.end()
+    assert f is not None and f.severity == INVALID and "2 threads" in f.message
+    assert acc.summary()["threads_ran"] == 2
+
+
+def test_ended_threads_count_as_the_fewest_that_could_have_spent_their_time():
+    # Two allowed threads, and two more started and joined inside each call: 3.9 cores.
+    r = FakeReader(12)
+    acc = account(r, threads=2)
+    r.block(0.05, {100: 1.0, 101: 0.95})
+    acc.begin()
+    r.run()
+    r.short_lived(0.095)  # two threads' worth of a 50 ms block, less a little
+    f = acc.end()
+    assert f is not None and "4 threads" in f.message
+    use = acc.peak
+    assert use is not None and use.ran(0.10) == 4
+    assert CpuUse(0.05, 0.056, ((100, 0.05), (0, 0.006))).ran(0.10) == 2  # over a tenth of the span: one thread
+
+
+def test_a_short_lived_thread_within_the_allowed_cores_is_no_alarm():
+    # The main thread waits on a thread that does the work: one core in all.
+    r = FakeReader(11)
+    acc = account(r)
+    r.block(0.05, {100: 0.05})
+    acc.begin()
+    r.run()
+    r.short_lived(0.048)
+    assert acc.end() is None and acc.summary()["peak_cores"] == pytest.approx(1.0, abs=0.05)
 
 
 def test_one_busy_thread_on_two_cores_worth_is_not_enough_threads():

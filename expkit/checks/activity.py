@@ -24,6 +24,7 @@ The preflight and the bench both apply these checks, so they live here, below bo
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -195,13 +196,20 @@ def settle(reader: "CpuReader", *, after_s: float = 0.25, quiet_ns: int = 200_00
     return time.perf_counter() - t0
 
 
+#: The thread id under which :class:`CpuUse` keeps the CPU time of threads that ended within
+#: the span (no live thread has id 0): what the process's clock spent beyond its live threads'.
+#: They count as the fewest threads that could have spent it (:meth:`CpuUse.ran`).
+EXITED = 0
+
+
 @dataclass(frozen=True)
 class CpuUse:
     """CPU time spent in the process over some wall time, and by which threads."""
 
     wall_s: float
     cpu_s: float
-    #: (thread id, CPU seconds) of every thread that spent any, busiest first.
+    #: (thread id, CPU seconds) of every thread that spent any, busiest first; :data:`EXITED`
+    #: stands for the threads that ended within the span, counted as one.
     threads: Tuple[Tuple[int, float], ...] = ()
 
     @property
@@ -209,8 +217,12 @@ class CpuUse:
         return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
 
     def ran(self, fraction: float) -> int:
-        """Threads that were on a CPU for at least ``fraction`` of the wall time."""
-        return sum(1 for _, c in self.threads if c >= fraction * self.wall_s)
+        """Threads that were on a CPU for at least ``fraction`` of the wall time; the ended
+        threads (:data:`EXITED`) as the fewest that could have spent their time in it."""
+        if self.wall_s <= 0:
+            return 0
+        return sum((math.ceil(c / self.wall_s - 1e-9) if tid == EXITED else 1) for tid, c in self.threads
+                   if c >= fraction * self.wall_s)
 
 
 @dataclass
@@ -221,10 +233,15 @@ class ResourceAccount:
     the process used more cores than ``cpu_threads`` allows, else None. The rule: over
     the judged span, CPU time / wall time > ``cpu_threads x (1 + rel_slack) + abs_slack``
     (the core count, with room for the harness's own bookkeeping and a waking pool), and
-    more threads than ``cpu_threads`` each ran for at least ``ran_fraction`` of it. Blocks
-    shorter than ``min_wall_s`` are pooled with the next until the pool is that long, so
-    a single scheduler tick cannot decide. For the candidate the finding is ``invalid``;
-    for the baseline a warning (its speedup is then against more cores than allowed).
+    more threads than ``cpu_threads`` each ran for at least ``ran_fraction`` of it, the
+    threads that ended within the span counting as the fewest that could have spent
+    their time (:data:`EXITED`: a thread started and joined inside a call is gone when
+    the block ends; without them a candidate that computed half of each call on such a
+    thread read 1.75 cores and one thread, and was ``supported``). Blocks shorter than
+    ``min_wall_s`` are pooled with the next until the pool is that long, so a single
+    scheduler tick cannot decide (and :meth:`close`). For the candidate the finding is
+    ``invalid``; for the baseline a warning (its speedup is then against more cores than
+    allowed).
 
     What it cannot see: work on other processes (the ``threads`` check counts those),
     cores the candidate takes *between* blocks, and a block that uses its extra cores
@@ -254,10 +271,12 @@ class ResourceAccount:
         t1 = self.reader.thread_cpu_ns()
         c1, w1 = self.reader.process_cpu_ns(), self.reader.wall_ns()
         self._start = None
-        use = CpuUse((w1 - w0) / 1e9, max(0, c1 - c0) / 1e9, tuple(sorted(
-            ((tid, (t1[tid] - t0.get(tid, 0)) / 1e9) for tid in t1 if t1[tid] - t0.get(tid, 0) > 0),
-            key=lambda x: -x[1])))
-        return self.judge(use)
+        live = {tid: (t1[tid] - t0.get(tid, 0)) / 1e9 for tid in t1 if t1[tid] - t0.get(tid, 0) > 0}
+        cpu_s = max(0, c1 - c0) / 1e9
+        gone = cpu_s - sum(live.values())  # threads that ended before the span did: the process clock's alone
+        if gone > 0:
+            live[EXITED] = gone
+        return self.judge(CpuUse((w1 - w0) / 1e9, cpu_s, tuple(sorted(live.items(), key=lambda x: -x[1]))))
 
     def close(self) -> Optional[Finding]:
         """Judge the blocks left in the pool when the case ends, if no span was judged yet.

@@ -71,6 +71,7 @@ BAD: Dict[str, Tuple[str, FrozenSet[str], str]] = {
 AWAITING_CALL_SITE: Dict[str, Tuple[str, FrozenSet[str], str]] = {
     "extra_cores": ("invalid", frozenset({"resources"}), "c"),
     "pool_cores": ("invalid", frozenset({"resources"}), "c"),
+    "thread_per_call_cores": ("invalid", frozenset({"resources"}), "c"),
 }
 #: The issue #13 cheats: none may be caught by the baseline-op rule (a name hit).
 GENERAL = ("inner_reach", "copy_reach", "tf32_einsum", "fp16_softmax", "mode_stack", "harness_patch", "poison_sniff",

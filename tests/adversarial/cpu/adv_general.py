@@ -9,6 +9,7 @@ Cheats that act at import live in modules of their own (``adv_mode_stack``,
 
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, Tuple
 
@@ -132,6 +133,25 @@ def pool_cores(a: Tensor, b: Tensor) -> Tensor:
     parts = [_POOL.submit(torch.einsum, "mk,kn->mn", a[:half], b), _POOL.submit(torch.einsum, "mk,kn->mn",
                                                                                 a[half:], b)]
     return torch.cat([p.result() for p in parts])
+
+
+# --- 10b. more cores through a thread of its own each call, joined before returning ---------------
+
+def thread_per_call_cores(a: Tensor, b: Tensor) -> Tensor:
+    """Half the product on a new thread that is joined, so gone, before the call returns:
+    no thread is left running, and none is alive when the block's account reads its threads."""
+    half = a.shape[0] // 2
+    out: Dict[str, Tensor] = {}
+
+    def top() -> None:
+        torch.set_num_threads(1)  # a new thread's first op would otherwise start a pool of every core
+        out["top"] = torch.mm(a[:half], b)
+
+    t = threading.Thread(target=top)
+    t.start()
+    bottom = torch.mm(a[half:], b)
+    t.join()
+    return torch.cat([out["top"], bottom])
 
 
 # --- 11. an honest gelu, beside a patch that slows the baseline's own gelu -----------------------
