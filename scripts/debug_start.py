@@ -23,7 +23,7 @@ t = time.perf_counter()
 from expkit.bench import endpoint
 def say(when):
     print(f"{when}: fork safe {endpoint.fork_is_safe()}, libcuda mapped {endpoint._driver_loaded()}, "
-          f"native threads {endpoint._native_threads()} (at torch import {endpoint._THREADS_AT_IMPORT}), "
+          f"native threads {len(endpoint.native_thread_ids())} (at torch import {len(endpoint._TIDS_AT_IMPORT)}), "
           f"Python threads {threading.active_count()}", flush=True)
 say("after importing expkit.bench")
 import collections, os

@@ -240,6 +240,34 @@ def test_the_real_clocks_see_the_busy_thread():
     assert c1 - c0 >= own - 2_000_000
 
 
+def test_the_real_clocks_count_a_child_the_block_forked_and_waited_for():
+    """A call that forks a process to compute beside it and waits for it leaves no child
+    behind: the account sees its CPU time through the children's rusage."""
+    acc = ResourceAccount(1, case="c", reader=activity.ProcCpuReader())
+    acc.begin()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: 60 ms of its own CPU time, then tell the parent
+        own0 = time.thread_time_ns()
+        while time.thread_time_ns() - own0 < 60_000_000:
+            pass
+        os.write(w, b"x")
+        os._exit(0)
+    own0 = time.thread_time_ns()
+    while time.thread_time_ns() - own0 < 60_000_000:
+        pass  # this process computes as long beside it
+    os.read(r, 1)
+    os.waitpid(pid, 0)
+    os.close(r)
+    os.close(w)
+    f = acc.end()
+    s = acc.summary()
+    assert s["peak_cpu_ms"] >= 115, s  # both processes' 60 ms
+    assert s["threads_ran"] == 2, s
+    if s["peak_cores"] > s["limit"]:  # two cores were free for the two (on one core the two took turns)
+        assert f is not None and f.severity == INVALID
+
+
 # --- other processes on the GPU ------------------------------------------------------------------
 
 

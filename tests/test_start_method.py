@@ -187,11 +187,23 @@ def test_a_parent_that_computed_its_intervals_with_scipy_can_still_fork():
 def test_a_parent_unfit_for_its_threads_names_the_new_ones(monkeypatch):
     """A count alone ("18 native threads, 16 once torch was imported", the H100's API path at
     82be6cb) says not whose the threads are; their names do."""
-    monkeypatch.setattr(endpoint, "_native_threads", lambda: endpoint._THREADS_AT_IMPORT + 3)
+    monkeypatch.setattr(endpoint, "native_thread_ids", lambda: endpoint._TIDS_AT_IMPORT | {10**9, 10**9 + 1, 10**9 + 2})
     monkeypatch.setattr(endpoint, "native_thread_names",
                         lambda: {**endpoint._NAMES_AT_IMPORT, "cuda-EvtHandlr": 2, "OpenBLASThread": 1})
     why = endpoint.fork_unsafe_reason()
     assert why is not None and "(new: OpenBLASThread, cuda-EvtHandlr x2)" in why, why
+
+
+def test_a_thread_that_took_the_place_of_one_there_at_import_makes_the_parent_unfit(monkeypatch):
+    """Counted, the threads matched: in a test session the thread there beside the main one
+    when torch was imported had ended and another stood in its place, and a worker forked
+    then hung in its first parallel op, in OpenMP's barrier. By id, the newcomer shows."""
+    at_import = sorted(endpoint._TIDS_AT_IMPORT)
+    swapped = frozenset(at_import[:-1]) | {10**9}  # as many threads as at import, one of them new
+    monkeypatch.setattr(endpoint, "native_thread_ids", lambda: swapped)
+    monkeypatch.setattr("threading.active_count", lambda: 1)  # one Python thread, as a fresh parent has
+    why = endpoint.fork_unsafe_reason()
+    assert why is not None and "1 of them started since torch was imported" in why, why
 
 
 def test_the_thread_names_count_every_native_thread():

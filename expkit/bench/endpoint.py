@@ -42,7 +42,7 @@ import tempfile
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 import torch  # before _THREADS_AT_IMPORT: its own helper thread is not ours
 
@@ -110,11 +110,12 @@ def _driver_initialised(path: str, *, load: Optional[Callable[[str], Any]] = Non
         return True
 
 
-def _native_threads() -> int:
+def native_thread_ids() -> FrozenSet[int]:
+    """This process's native thread ids (``/proc/self/task``); empty where there is none."""
     try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return -1
+        return frozenset(int(t) for t in os.listdir("/proc/self/task"))
+    except (OSError, ValueError):
+        return frozenset()
 
 
 def native_thread_names() -> Dict[str, int]:
@@ -157,7 +158,10 @@ except Exception:  # pandas is a dependency; a broken install only costs the for
 
 #: The process's native threads once torch is imported (this module imports it, through
 #: the bench): importing torch starts one helper thread of its own, which a fork survives.
-_THREADS_AT_IMPORT = _native_threads()
+#: By id, not by count: in a test session the helper thread there at import had ended and
+#: another stood in its place, the count was the same, and the worker forked then hung in
+#: its first parallel op, in OpenMP's barrier (``tests/test_start_method.py``).
+_TIDS_AT_IMPORT = native_thread_ids()
 _NAMES_AT_IMPORT = native_thread_names()
 
 
@@ -181,10 +185,11 @@ def fork_unsafe_reason() -> Optional[str]:
         return "fork is not available here"
     if threading.active_count() != 1:
         return f"{threading.active_count()} Python threads: " + ", ".join(t.name for t in threading.enumerate())
-    now = _native_threads()
-    if not 0 < now <= _THREADS_AT_IMPORT:
-        return (f"{now} native threads, {_THREADS_AT_IMPORT} once torch was imported "
-                f"(new: {_new_names(native_thread_names(), _NAMES_AT_IMPORT)})")
+    now = native_thread_ids()
+    started = now - _TIDS_AT_IMPORT
+    if not now or started:
+        return (f"{len(now)} native threads, {len(started)} of them started since torch was imported, when there "
+                f"were {len(_TIDS_AT_IMPORT)} (new: {_new_names(native_thread_names(), _NAMES_AT_IMPORT)})")
     if _cuda_initialised():
         return "CUDA's driver is initialised in this process"
     return None
