@@ -44,7 +44,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
-import torch  # before _THREADS_AT_IMPORT: its own helper thread is not ours
+import torch  # before _TIDS_AT_IMPORT: its own helper thread is not ours
 
 from ..checks.children import descendants
 from ..core.errors import ExpkitError, ManifestError

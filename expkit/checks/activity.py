@@ -212,7 +212,8 @@ def settle(reader: "CpuReader", *, after_s: float = 0.25, quiet_ns: int = 200_00
 
 
 #: The thread id under which :class:`CpuUse` keeps the CPU time of threads that ended within
-#: the span (no live thread has id 0): what the process's clock spent beyond its live threads'.
+#: the span, and of children waited for in it (no live thread has id 0): what the process's
+#: clocks (:meth:`ProcCpuReader.process_cpu_ns`) counted beyond its live threads'.
 #: They count as the fewest threads that could have spent it (:meth:`CpuUse.ran`).
 EXITED = 0
 
@@ -224,7 +225,7 @@ class CpuUse:
     wall_s: float
     cpu_s: float
     #: (thread id, CPU seconds) of every thread that spent any, busiest first; :data:`EXITED`
-    #: stands for the threads that ended within the span, counted as one.
+    #: stands for the threads (and waited-for children) that ended within the span.
     threads: Tuple[Tuple[int, float], ...] = ()
 
     @property
@@ -289,7 +290,7 @@ class ResourceAccount:
         self._start = None
         live = {tid: (t1[tid] - t0.get(tid, 0)) / 1e9 for tid in t1 if t1[tid] - t0.get(tid, 0) > 0}
         cpu_s = max(0, c1 - c0) / 1e9
-        gone = cpu_s - sum(live.values())  # threads that ended before the span did: the process clock's alone
+        gone = cpu_s - sum(live.values())  # threads that ended, and children waited for, within the span
         if gone > 0:
             live[EXITED] = gone
         return self.judge(CpuUse((w1 - w0) / 1e9, cpu_s, tuple(sorted(live.items(), key=lambda x: -x[1]))))

@@ -22,6 +22,7 @@ HELPER_CPU_S = 1.0
 
 
 def read_proc(path: str) -> Optional[bytes]:
+    """A ``/proc`` file's bytes, or None where it cannot be read (the process has gone)."""
     try:
         with open(path, "rb") as f:
             return f.read()
