@@ -91,3 +91,24 @@ def test_the_undefended_harness_runs_no_block_checks():
     finally:
         gc.isenabled = original
         side.close()
+
+
+def test_a_process_the_import_started_and_left_running_is_a_finding():
+    import subprocess
+    import sys
+
+    from expkit.bench.block_checks import started_at_import
+    from expkit.checks.activity import activity
+
+    before = activity()
+    assert started_at_import("candidate", before) == []
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10)"])
+    try:
+        found = started_at_import("candidate", before)
+        assert len(found) == 1 and found[0].check == "threads" and not found[0].ok and found[0].case is None
+        assert f"pid {p.pid}" in found[0].message and "when its code was imported" in found[0].message
+        assert found[0].severity != "warning"
+    finally:
+        p.kill()
+        p.wait()
+    assert started_at_import("candidate", before) == []  # ended and reaped: nothing to say

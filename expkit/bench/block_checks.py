@@ -24,6 +24,22 @@ from ..checks.children import child_pids
 from ..core.findings import Finding
 
 
+def started_at_import(role: str, before: Activity) -> List[Finding]:
+    """Child processes still running that a side's code started when it was imported
+    (``before``: this process's activity just before the import). Such a process can do
+    part of every call beside the timed one: its CPU time is in no account of the side's
+    cores, and the counts around each call and block take it as there before them (a
+    candidate that handed half of each product to one was ``supported``,
+    ``tests/adversarial/cpu/import_pool_cores.yaml``). ``multiprocessing``'s idle helpers
+    are not counted (:func:`~expkit.checks.children.helper_process`)."""
+    new = sorted(child_pids() - before.children)
+    if not new:
+        return []
+    return [Finding(THREADS, False, f"{role}: {len(new)} child process(es) started when its code was imported and "
+                    f"still running (pid {', '.join(map(str, new[:3]))}): a process of its own can work beside every "
+                    "timed call, outside the account of the side's cores", None)]
+
+
 def threads_now() -> Activity:
     """The live Python threads (what a block's checks compare against its start)."""
     return Activity({t.ident or 0: t.name for t in threading.enumerate()}, frozenset())

@@ -42,7 +42,7 @@ from ..checks.activity import THREADS, ResourceAccount, activity, new_activity, 
 from ..checks.global_state import GLOBAL_STATE, snapshot_state, state_changes
 from ..core.findings import WARNING, Finding
 from ..manifest.settings import Settings
-from .block_checks import after_block, opening
+from .block_checks import after_block, opening, started_at_import
 from .clock import CLOCK
 from .fallback import ExceptionWitness, candidate_files
 from .fresh import FreshInputs
@@ -124,9 +124,8 @@ class SideBench:
             self.fn, self.custom = fn, {}
             self.factory = factory if factory is not None else _no_factory
         lap("code under test")
-        self.session_findings: List[Finding] = []
-        if self.defended:
-            self.session_findings += self.tamper_findings(f"once the {role}'s code was imported", None)
+        self.session_findings: List[Finding] = ((self.tamper_findings(f"once the {role}'s code was imported", None)
+                                                 + started_at_import(role, self.activity0)) if self.defended else [])
         lap("tamper check")
         self.exporter = Exporter(local=local)
         self.witness: Any = self.fn
