@@ -104,14 +104,20 @@ def test_short_blocks_are_pooled_before_they_are_judged():
     assert f is not None and "21.0 ms" in f.message
 
 
+def three_short_blocks(seed: int, busy: Dict[int, float]) -> ResourceAccount:
+    """An account after three 4 ms blocks: 12 ms in all, under ``min_wall_s``, none judged."""
+    r = FakeReader(seed)
+    acc = account(r)
+    for _ in range(3):
+        r.block(0.004, busy)
+        assert timed(acc, r) is None
+    return acc
+
+
 def test_a_measurement_whose_blocks_never_fill_a_pool_is_judged_when_the_case_ends():
     # Seen in a clean-clone CI run: at a quick budget every block of a worker fit in one
     # pool under min_wall_s, nothing was judged, and a candidate on two cores was supported.
-    r = FakeReader(7)
-    acc = account(r)
-    for _ in range(3):
-        r.block(0.004, {100: 1.0, 101: 1.0})
-        assert timed(acc, r) is None
+    acc = three_short_blocks(7, {100: 1.0, 101: 1.0})
     f = acc.close()
     assert f is not None and f.severity == INVALID and "12.0 ms" in f.message
     s = acc.summary()
@@ -120,11 +126,7 @@ def test_a_measurement_whose_blocks_never_fill_a_pool_is_judged_when_the_case_en
 
 
 def test_an_honest_short_measurement_is_judged_and_passes():
-    r = FakeReader(8)
-    acc = account(r)
-    for _ in range(3):
-        r.block(0.004, {100: 1.0, 101: 0.02})
-        assert timed(acc, r) is None
+    acc = three_short_blocks(8, {100: 1.0, 101: 0.02})
     assert acc.close() is None
     assert acc.summary()["peak_cores"] == pytest.approx(1.02, abs=0.02) and not acc.summary()["flagged"]
 
@@ -139,6 +141,14 @@ def test_a_short_tail_after_judged_spans_is_left_unjudged():
     assert acc.close() is None and acc.summary()["peak_cores"] == pytest.approx(1.0, abs=0.03)
 
 
+def timed_with_short_lived(acc: ResourceAccount, reader: FakeReader, cpu_s: float):
+    """A block in which threads started and ended, spending ``cpu_s`` between them."""
+    acc.begin()
+    reader.run()
+    reader.short_lived(cpu_s)
+    return acc.end()
+
+
 def test_threads_that_ended_within_the_block_count_as_a_thread_that_ran():
     # A thread started and joined inside each call is gone when the block ends: before,
     # such a candidate read 1.75 cores and one thread, and was supported
@@ -146,10 +156,7 @@ def test_threads_that_ended_within_the_block_count_as_a_thread_that_ran():
     r = FakeReader(10)
     acc = account(r)
     r.block(0.05, {100: 1.0})
-    acc.begin()
-    r.run()
-    r.short_lived(0.04)
-    f = acc.end()
+    f = timed_with_short_lived(acc, r, 0.04)
     assert f is not None and f.severity == INVALID and "2 threads" in f.message
     assert acc.summary()["threads_ran"] == 2
 
@@ -159,10 +166,7 @@ def test_ended_threads_count_as_the_fewest_that_could_have_spent_their_time():
     r = FakeReader(12)
     acc = account(r, threads=2)
     r.block(0.05, {100: 1.0, 101: 0.95})
-    acc.begin()
-    r.run()
-    r.short_lived(0.095)  # two threads' worth of a 50 ms block, less a little
-    f = acc.end()
+    f = timed_with_short_lived(acc, r, 0.095)  # two threads' worth of a 50 ms block, less a little
     assert f is not None and "4 threads" in f.message
     use = acc.peak
     assert use is not None and use.ran(0.10) == 4
@@ -174,10 +178,7 @@ def test_a_short_lived_thread_within_the_allowed_cores_is_no_alarm():
     r = FakeReader(11)
     acc = account(r)
     r.block(0.05, {100: 0.05})
-    acc.begin()
-    r.run()
-    r.short_lived(0.048)
-    assert acc.end() is None and acc.summary()["peak_cores"] == pytest.approx(1.0, abs=0.05)
+    assert timed_with_short_lived(acc, r, 0.048) is None and acc.summary()["peak_cores"] == pytest.approx(1.0, abs=0.05)
 
 
 def test_one_busy_thread_on_two_cores_worth_is_not_enough_threads():
