@@ -151,7 +151,7 @@ def timed_with_short_lived(acc: ResourceAccount, reader: FakeReader, cpu_s: floa
 
 def test_threads_that_ended_within_the_block_count_as_a_thread_that_ran():
     # A thread started and joined inside each call is gone when the block ends: before,
-    # such a candidate read 1.75 cores and one thread, and was supported
+    # such a candidate read 1.59-1.73 cores and one thread, and was supported
     # (tests/adversarial/cpu/thread_per_call_cores.yaml).
     r = FakeReader(10)
     acc = account(r)

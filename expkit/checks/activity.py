@@ -253,7 +253,8 @@ class ResourceAccount:
     threads that ended within the span counting as the fewest that could have spent
     their time (:data:`EXITED`: a thread started and joined inside a call is gone when
     the block ends; without them a candidate that computed half of each call on such a
-    thread read 1.75 cores and one thread, and was ``supported``). Blocks shorter than
+    thread read 1.59-1.73 cores and one thread, and was ``supported``:
+    ``benchmarks/results/cpu-2026-11-26c/cheats_before_after.md``). Blocks shorter than
     ``min_wall_s`` are pooled with the next until the pool is that long, so a single
     scheduler tick cannot decide (and :meth:`close`). For the candidate the finding is
     ``invalid``; for the baseline a warning (its speedup is then against more cores than
