@@ -2,13 +2,13 @@
 
 A script for the device, not a test. In a fresh process (as the CLI's parent), runs
 MANIFEST at ``measure=quick`` and prints how each replicate's pair started and why, then
-``expkit.bench.endpoint.fork_unsafe_reason()`` after each GPU-only step the parent takes
+``expkit.bench.fork_safety.fork_unsafe_reason()`` after each GPU-only step the parent takes
 (NVML's process list, the NVML sampler started and stopped).
 
 Usage: python scripts/debug_fork_safety.py MANIFEST [--watch]
 
 ``--watch``: also print the Python stack where the parent's native threads first grow
-(a profile hook on every C call's return: the run is slower).
+by id (a profile hook on every C call's return: the run is slower).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from expkit.bench import endpoint  # noqa: E402
+from expkit.bench import fork_safety  # noqa: E402
 
 
 def say(when: str) -> None:
-    names = ", ".join(f"{k} x{n}" for k, n in sorted(endpoint.native_thread_names().items()))
-    print(f"{when}: {endpoint.fork_unsafe_reason() or 'fit to fork'} | threads: {names}", flush=True)
+    names = ", ".join(f"{k} x{n}" for k, n in sorted(fork_safety.native_thread_names().items()))
+    print(f"{when}: {fork_safety.fork_unsafe_reason() or 'fit to fork'} | threads: {names}", flush=True)
 
 
 def watch_threads() -> None:
@@ -35,12 +35,12 @@ def watch_threads() -> None:
     import os
     import traceback
 
-    start = len(os.listdir("/proc/self/task"))
+    start = fork_safety.native_thread_ids()
 
     def hook(frame, event, arg):  # type: ignore[no-untyped-def]
-        if event == "c_return" and len(os.listdir("/proc/self/task")) > start:
+        if event == "c_return" and fork_safety.native_thread_ids() - start:
             sys.setprofile(None)
-            print(f"native threads grew from {start}: {endpoint.native_thread_names()} after {arg!r}, at:", flush=True)
+            print(f"a native thread started (there were {len(start)}): {fork_safety.native_thread_names()} after {arg!r}, at:", flush=True)
             print("".join(traceback.format_stack(frame)[-25:]), flush=True)
 
     sys.setprofile(hook)
@@ -48,13 +48,13 @@ def watch_threads() -> None:
 
 def main() -> None:
     say("after importing expkit.bench")
+    if "--watch" in sys.argv:
+        watch_threads()
     from expkit import api
 
     say("after importing expkit.api")
     api.prepare(sys.argv[1])
     say("after preparing the manifest")
-    if "--watch" in sys.argv:
-        watch_threads()
 
     out = Path(tempfile.mkdtemp(prefix="expkit-fork-"))
     api.run(sys.argv[1], out=out, overrides=["measure=quick"], plots=False)

@@ -20,10 +20,10 @@ sys.path.insert(0, str(REPO))
 PROBE = """
 import sys, threading, time
 t = time.perf_counter()
-from expkit.bench import endpoint
+from expkit.bench import endpoint, fork_safety
 def say(when):
-    print(f"{when}: fork safe {endpoint.fork_is_safe()}, libcuda mapped {endpoint._driver_loaded()}, "
-          f"native threads {len(endpoint.native_thread_ids())} (at torch import {len(endpoint._TIDS_AT_IMPORT)}), "
+    print(f"{when}: fork safe {fork_safety.fork_is_safe()}, libcuda mapped {fork_safety._driver_loaded()}, "
+          f"native threads {len(fork_safety.native_thread_ids())} (at torch import {len(fork_safety._TIDS_AT_IMPORT)}), "
           f"Python threads {threading.active_count()}", flush=True)
 say("after importing expkit.bench")
 import collections, os
@@ -44,7 +44,7 @@ say("after composing the settings")
 def main() -> None:
     manifest = sys.argv[1]
     # What a CLI run's parent looks like before it starts its workers: a fork needs no
-    # CUDA driver and no extra thread in it (expkit.bench.endpoint.fork_is_safe).
+    # CUDA driver and no extra thread in it (expkit.bench.fork_safety.fork_is_safe).
     subprocess.run([sys.executable, "-c", PROBE, manifest], check=False, cwd=REPO)
     for mod in ("torch", "torch._dynamo", "torch.profiler", "torch._inductor.standalone_compile", "triton"):
         t = time.perf_counter()

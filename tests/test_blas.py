@@ -57,7 +57,7 @@ def test_a_library_that_will_not_answer_never_stops_a_worker():
 def _fork_lines(parent: str, child: str) -> list:
     """stdout lines of a fresh interpreter that imports the bench, runs ``parent``, then
     forks and runs ``child`` (one line of code each) in the child, as a worker starts."""
-    code = (f"import os; from expkit.bench import endpoint, blas; {parent}\n"
+    code = (f"import os; from expkit.bench import fork_safety, blas; {parent}\n"
             "pid = os.fork()\n"
             "if pid == 0:\n"
             f"    {child}; os._exit(0)\n"
@@ -70,7 +70,7 @@ def _fork_lines(parent: str, child: str) -> list:
 def test_the_runner_loads_scipy_on_one_thread_and_a_forked_worker_gets_the_default_back():
     """The real libraries: in a process that imported the bench, scipy's OpenBLAS has one
     thread and no pool; in a child forked from it (as a worker is), the default again."""
-    lines = _fork_lines("print('parent', blas.scipy_threads(), endpoint.fork_unsafe_reason())",
+    lines = _fork_lines("print('parent', blas.scipy_threads(), fork_safety.fork_unsafe_reason())",
                         "n = blas.restore_scipy_threads(); print('child', n == blas.default_threads(), "
                         "blas.scipy_threads() == n, flush=True)")
     assert lines[0] == "parent 1 None" and lines[1] == "child True True", lines

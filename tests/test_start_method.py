@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from expkit.bench import endpoint, preload
+from expkit.bench import endpoint, fork_safety, preload
 
 
 def _last_line_of_a_fresh_process(code: str) -> str:
@@ -29,18 +29,18 @@ def test_the_driver_library_in_the_memory_map_marks_the_process(tmp_path: Path):
     with_driver.write_bytes(b"7f00-7f10 r-xp 0 00:00 1 /usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04\n")
     without = tmp_path / "maps-cpu"
     without.write_bytes(b"7f00-7f10 r-xp 0 00:00 1 /usr/lib/libtorch_cpu.so\n")
-    assert endpoint._driver_loaded(str(with_driver))
-    assert not endpoint._driver_loaded(str(without))
-    assert not endpoint._driver_loaded(str(tmp_path / "missing"))
+    assert fork_safety._driver_loaded(str(with_driver))
+    assert not fork_safety._driver_loaded(str(without))
+    assert not fork_safety._driver_loaded(str(tmp_path / "missing"))
 
 
 def test_the_driver_mapped_but_never_initialised_leaves_the_process_fit_to_fork(monkeypatch):
     """On a GPU machine ``import torch`` maps the driver library without initialising it
     (H100, torch 2.11: ``scripts/debug_start.py``); such a process forks safely."""
-    monkeypatch.setattr(endpoint.torch.cuda, "is_initialized", lambda: False)
-    monkeypatch.setattr(endpoint, "_driver_loaded", lambda maps="": "/usr/lib/libcuda.so.1")
-    monkeypatch.setattr(endpoint, "_driver_initialised", lambda path: False)
-    assert not endpoint._cuda_initialised()
+    monkeypatch.setattr(fork_safety.torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(fork_safety, "_driver_loaded", lambda maps="": "/usr/lib/libcuda.so.1")
+    monkeypatch.setattr(fork_safety, "_driver_initialised", lambda path: False)
+    assert not fork_safety.cuda_initialised()
 
 
 class _Driver:
@@ -57,7 +57,7 @@ def test_the_driver_is_asked_whether_it_was_initialised(rc, initialised):
     """Only CUDA_ERROR_NOT_INITIALIZED (3) means never initialised; success (0) or any other
     error (100, no device) counts as initialised: forking then costs nothing but speed."""
     driver = _Driver(rc)
-    assert endpoint._driver_initialised("/x/libcuda.so.1", load=lambda p: driver) is initialised
+    assert fork_safety._driver_initialised("/x/libcuda.so.1", load=lambda p: driver) is initialised
     assert driver.calls == 1
 
 
@@ -65,30 +65,30 @@ def test_a_driver_that_cannot_be_asked_counts_as_initialised():
     def refuse(path):
         raise OSError("not loaded")
 
-    assert endpoint._driver_initialised("/x/libcuda.so.1", load=refuse)
+    assert fork_safety._driver_initialised("/x/libcuda.so.1", load=refuse)
 
 
 def test_the_mapped_driver_librarys_path_is_read_from_the_memory_map(tmp_path: Path):
     maps = tmp_path / "maps"
     maps.write_bytes(b"7f00-7f10 r-xp 00000000 00:00 1   /usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04\n")
-    assert endpoint._driver_loaded(str(maps)) == "/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04"
+    assert fork_safety._driver_loaded(str(maps)) == "/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04"
 
 
 def test_a_process_that_touched_the_driver_does_not_fork(monkeypatch):
     """``torch.cuda.is_available()`` initialises the driver without initialising torch's CUDA
     state; a child forked after it fails ("Cannot re-initialize CUDA in forked subprocess")."""
-    monkeypatch.setattr(endpoint.torch.cuda, "is_initialized", lambda: False)
-    monkeypatch.setattr(endpoint, "_driver_loaded", lambda maps="": "/usr/lib/libcuda.so.1")
-    monkeypatch.setattr(endpoint, "_driver_initialised", lambda path: True)
-    assert endpoint._cuda_initialised()
-    assert not endpoint.fork_is_safe()
+    monkeypatch.setattr(fork_safety.torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(fork_safety, "_driver_loaded", lambda maps="": "/usr/lib/libcuda.so.1")
+    monkeypatch.setattr(fork_safety, "_driver_initialised", lambda path: True)
+    assert fork_safety.cuda_initialised()
+    assert not fork_safety.fork_is_safe()
     assert endpoint._context("auto").get_start_method() != "fork"
     with pytest.raises(endpoint.ExpkitError, match="initialised CUDA"):
         endpoint._context("fork")
 
 
 def test_this_cpu_test_process_has_no_driver_loaded():
-    assert not endpoint._driver_loaded() or endpoint.torch.cuda.is_available()
+    assert not fork_safety._driver_loaded() or fork_safety.torch.cuda.is_available()
 
 
 def test_a_parent_that_forks_its_workers_imports_the_preload_first():
@@ -153,7 +153,7 @@ def test_the_parents_gpu_telemetry_never_initialises_cuda_here(monkeypatch):
         raise AssertionError("the parent asked torch.cuda")
 
     for name in ("current_device", "get_device_properties", "is_available", "device_count", "init"):
-        monkeypatch.setattr(endpoint.torch.cuda, name, touched)
+        monkeypatch.setattr(fork_safety.torch.cuda, name, touched)
     opened = []
 
     def fake_open(index, *, uuid=None, **k):
@@ -177,7 +177,7 @@ def test_a_parent_that_computed_its_intervals_with_scipy_can_still_fork():
     benchmarks/results/h100-2026-11-25/fork_safety_85c803d.txt). The bench loads scipy with
     its BLAS on one thread (expkit.bench.blas), so no pool starts. (Counting the pool as
     harmless instead hung a forked worker of this suite on a lock.)"""
-    code = ("from expkit.bench import endpoint as e; from scipy.stats import norm, t, bootstrap; "
+    code = ("from expkit.bench import fork_safety as e; from scipy.stats import norm, t, bootstrap; "
             "import numpy as np; norm.ppf(0.975); t.ppf(0.975, 4); "
             "bootstrap((np.arange(50.0),), np.mean, n_resamples=200); a = np.random.rand(300, 300); a @ a; "
             "print(e.fork_unsafe_reason())")
@@ -187,10 +187,10 @@ def test_a_parent_that_computed_its_intervals_with_scipy_can_still_fork():
 def test_a_parent_unfit_for_its_threads_names_the_new_ones(monkeypatch):
     """A count alone ("18 native threads, 16 once torch was imported", the H100's API path at
     82be6cb) says not whose the threads are; their names do."""
-    monkeypatch.setattr(endpoint, "native_thread_ids", lambda: endpoint._TIDS_AT_IMPORT | {10**9, 10**9 + 1, 10**9 + 2})
-    monkeypatch.setattr(endpoint, "native_thread_names",
-                        lambda: {**endpoint._NAMES_AT_IMPORT, "cuda-EvtHandlr": 2, "OpenBLASThread": 1})
-    why = endpoint.fork_unsafe_reason()
+    monkeypatch.setattr(fork_safety, "native_thread_ids", lambda: fork_safety._TIDS_AT_IMPORT | {10**9, 10**9 + 1, 10**9 + 2})
+    monkeypatch.setattr(fork_safety, "native_thread_names",
+                        lambda: {**fork_safety._NAMES_AT_IMPORT, "cuda-EvtHandlr": 2, "OpenBLASThread": 1})
+    why = fork_safety.fork_unsafe_reason()
     assert why is not None and "(new: OpenBLASThread, cuda-EvtHandlr x2)" in why, why
 
 
@@ -198,17 +198,17 @@ def test_a_thread_that_took_the_place_of_one_there_at_import_makes_the_parent_un
     """Counted, the threads matched: in a test session the thread there beside the main one
     when torch was imported had ended and another stood in its place, and a worker forked
     then hung in its first parallel op, in OpenMP's barrier. By id, the newcomer shows."""
-    at_import = sorted(endpoint._TIDS_AT_IMPORT)
+    at_import = sorted(fork_safety._TIDS_AT_IMPORT)
     swapped = frozenset(at_import[:-1]) | {10**9}  # as many threads as at import, one of them new
-    monkeypatch.setattr(endpoint, "native_thread_ids", lambda: swapped)
+    monkeypatch.setattr(fork_safety, "native_thread_ids", lambda: swapped)
     monkeypatch.setattr("threading.active_count", lambda: 1)  # one Python thread, as a fresh parent has
-    why = endpoint.fork_unsafe_reason()
+    why = fork_safety.fork_unsafe_reason()
     assert why is not None and "1 of them started since torch was imported" in why, why
 
 
 def test_the_thread_names_count_every_native_thread():
     code = ("import os, torch; torch.set_num_threads(2); a = torch.rand(512, 512); a @ a; "
-            "from expkit.bench import endpoint as e; n = e.native_thread_names(); "
+            "from expkit.bench import fork_safety as e; n = e.native_thread_names(); "
             "print(sum(n.values()) == len(os.listdir('/proc/self/task')), len(n) >= 1)")
     assert _last_line_of_a_fresh_process(code) == "True True"
 
@@ -218,6 +218,34 @@ def test_a_parent_that_imported_the_bench_before_pandas_can_still_fork():
     where installed) loads after the bench's thread count. On the H100 pyarrow's jemalloc
     thread (fork_safety_2ea6229.txt) then left the parent unfit, and every worker came from
     the fork server."""
-    code = ("from expkit.bench import endpoint as e; import pandas; from expkit.report import store; "
+    code = ("from expkit.bench import endpoint, fork_safety as e; import pandas; from expkit.report import store; "
             "print(e.fork_unsafe_reason())")
     assert _last_line_of_a_fresh_process(code) == "None"
+
+
+def test_threads_the_parents_nvml_starts_leave_it_fit_to_fork_and_others_do_not(monkeypatch):
+    """NVML's ``nvmlInit`` starts a native thread (``cuda0000340000f`` on the H100), and the
+    parent opens NVML for its clock log after the first pair forked: by id, every later
+    replicate's pair then came from the fork server (``tests/gpu/test_gpu_start.py`` failed
+    at 0955cf7 on the H100). No worker calls NVML, so that thread does not make a fork
+    unsafe; a thread that starts outside such a block still does."""
+    from expkit.bench import replicates
+    from expkit.timing import telemetry
+
+    tids = set(fork_safety._TIDS_AT_IMPORT)
+    monkeypatch.setattr(fork_safety, "native_thread_ids", lambda: frozenset(tids))
+    monkeypatch.setattr(fork_safety, "_TOLERATED", set())
+    monkeypatch.setattr("threading.active_count", lambda: 1)
+    monkeypatch.setattr(fork_safety, "cuda_initialised", lambda: False)
+
+    def nvml_init(index, *, uuid=None, **k):
+        tids.add(10**9)  # the thread NVML starts
+        return "tel"
+
+    monkeypatch.setattr(telemetry, "open_telemetry", nvml_init)
+    assert fork_safety.fork_unsafe_reason() is None
+    assert replicates._telemetry("cuda", {"index": 0, "uuid": "GPU-abc"}) == "tel"
+    assert fork_safety.fork_unsafe_reason() is None
+    tids.add(10**9 + 1)  # a thread started by anything else
+    why = fork_safety.fork_unsafe_reason()
+    assert why is not None and "1 of them started since torch was imported" in why, why

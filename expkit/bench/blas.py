@@ -2,7 +2,7 @@
 
 The runner computes its intervals with ``scipy.stats``, and scipy's OpenBLAS starts a pool
 of idle threads (one per core) as it loads. A process with those threads is not fit to fork
-a worker (:func:`expkit.bench.endpoint.fork_is_safe`): on an H100 host (16 cores) the
+a worker (:func:`expkit.bench.fork_safety.fork_is_safe`): on an H100 host (16 cores) the
 runner went from 16 native threads to 33 mid-run and every later replicate's workers came
 from the fork server (``benchmarks/results/h100-2026-11-25/fork_safety_85c803d.txt``), and
 counting the pool as harmless hung a forked worker of the CPU suite on a lock. So the

@@ -46,6 +46,7 @@ from .clock import CLOCK
 from .endpoint import LocalEndpoint, WorkerEndpoint
 from .envelope import RecheckPolicy, SessionTimer, SideFn, envelope_counts, envelope_findings
 from .fallback import FALLBACK
+from .fork_safety import threads_the_child_never_needs
 from .ledger import merge as merge_ledgers
 from .memory import GiB, MemoryPlan, plan
 from .side import BASELINE, CANDIDATE, LAST_CALL
@@ -179,7 +180,8 @@ class Pair:
         visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
         if visible and index < len(visible) and visible[index].strip().isdigit():
             index = int(visible[index])
-        return list(gpu_neighbours(index, [os.getpid(), *pids, *self.siblings], min(pids), case=case))
+        with threads_the_child_never_needs("NVML"):
+            return list(gpu_neighbours(index, [os.getpid(), *pids, *self.siblings], min(pids), case=case))
 
     def adopt_memory(self, memory: Optional[MemoryPlan]) -> None:
         """This pair's workers take a memory plan: the first pair's own, or, in a later

@@ -15,7 +15,7 @@ from ..core.findings import Finding
 from ..manifest.settings import Settings
 from ..manifest.spec import LoadedManifest
 from ..timing import measure
-from .endpoint import fork_unsafe_reason
+from .fork_safety import fork_unsafe_reason, threads_the_child_never_needs
 from .memory import GiB, HEADROOM
 from .pair import Pair, open_pair
 
@@ -37,7 +37,8 @@ def _telemetry(device: str, gpu: Optional[Dict[str, Any]]) -> Any:
     from ..timing import telemetry
 
     gpu = gpu or {}
-    return telemetry.for_gpu(int(gpu.get("index") or 0), gpu.get("uuid"))
+    with threads_the_child_never_needs("NVML"):
+        return telemetry.for_gpu(int(gpu.get("index") or 0), gpu.get("uuid"))
 
 
 class Replicates:

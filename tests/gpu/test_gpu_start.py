@@ -25,8 +25,8 @@ def _python(code: str, *args: str, timeout: float = 120) -> str:
 
 
 def test_the_driver_says_whether_this_process_initialised_it():
-    code = ("from expkit.bench import endpoint as e; before = e._cuda_initialised(); import torch; "
-            "torch.cuda.is_available(); print(before, e._cuda_initialised(), e._driver_loaded() is not None)")
+    code = ("from expkit.bench import fork_safety as f; before = f.cuda_initialised(); import torch; "
+            "torch.cuda.is_available(); print(before, f.cuda_initialised(), f._driver_loaded() is not None)")
     assert _python(code) == "False True True"
 
 
@@ -60,11 +60,11 @@ def test_a_gpu_runs_preload_imports_cupti_and_caches_tritons_key_without_initial
     """Each GPU worker paid 0.19-0.21 s importing cupti-python and each Triton candidate's
     0.40 s hashing Triton's installation (benchmarks/results/gpu_preload/); the process the
     workers fork from now does both once, and stays fit to fork from."""
-    code = ("import sys; from expkit.bench import endpoint as e; e.warm_up_forkserver('auto', 'cuda'); "
+    code = ("import sys; from expkit.bench import endpoint as e, fork_safety as f; e.warm_up_forkserver('auto', 'cuda'); "
             "import torch; from triton.runtime.cache import triton_key; "
             "from expkit.bench.gpu_preload import WARMED; "
             "print('cupti.cupti' in sys.modules, triton_key.cache_info().currsize, torch.cuda.is_initialized(), "
-            "e._cuda_initialised(), e.fork_is_safe(), sorted(k for k, v in WARMED.items() if isinstance(v, float)))")
+            "f.cuda_initialised(), f.fork_is_safe(), sorted(k for k, v in WARMED.items() if isinstance(v, float)))")
     assert _python(code) == "True 1 False False True ['cupti', 'triton_key']"
 
 
