@@ -33,7 +33,7 @@ DEFAULT = ROOT / "manifests/examples/cpu/honest-win.yaml"
 PARTS: List[Tuple[str, str, Any, str]] = [
     ("open a replicate", "expkit.bench.replicates", "Replicates", "open"),
     ("a case's sides (inputs)", "expkit.bench.replicates", "_Replicate", "sides"),
-    ("warm-up", "expkit.bench.pair", "CaseSides", "_warm"),
+    ("warm-up", "expkit.bench.case_sides", "CaseSides", "_warm"),
     ("calibration blocks", "expkit.bench.envelope", "SessionTimer", "sample"),
     ("batches of blocks", "expkit.bench.envelope", "SessionTimer", "sample_batch"),
     ("stopping checks", "expkit.timing.measure", None, "_own_width"),

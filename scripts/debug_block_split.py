@@ -37,7 +37,7 @@ def main(argv: List[str]) -> int:
     rest = " ".join(argv[argv.index("--") + 1:]) if "--" in argv else "defences.enabled=true;defences.enabled=false"
     variants = [v.split() for v in rest.split(";")]
     sys.path.insert(0, str(ROOT))
-    from expkit.bench import pair as P
+    from expkit.bench import case_sides as P
     from expkit.runner import run_manifest
 
     acc: Dict[str, float] = collections.defaultdict(float)

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from expkit.bench import side as side_module
-from expkit.bench.pair import runs_by_side
+from expkit.bench.case_sides import runs_by_side
 from expkit.bench.serve import Server
 from expkit.bench.side import CANDIDATE, LAST_CALL, SideBench
 from expkit.manifest.settings import Settings

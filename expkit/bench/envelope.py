@@ -131,7 +131,7 @@ class SessionTimer:
     """The parent's timer: asks the bench for blocks, times each request, checks it.
 
     ``run_blocks([(side, number, recheck_index), ...]) -> {"blocks": [...], "wall": s}``
-    runs a batch of blocks (each side's in its own worker, :class:`~.pair.CaseSides`).
+    runs a batch of blocks (each side's in its own worker, :class:`~.case_sides.CaseSides`).
     With ``envelope`` the parent's own time of each batch is held against the workers'
     account of it (:func:`flagged`, :func:`envelope_findings`), less the channel's
     latency the reply explains (``latency``: see ``CaseSides._run_blocks``)."""

@@ -67,6 +67,10 @@ BAD: Dict[str, Tuple[str, FrozenSet[str], str]] = {
     # a process started at import, handed half of each product: in no count and no account
     # of the side's cores before the import check (the whole run: case '')
     "import_pool_cores": ("invalid", frozenset({"threads"}), ""),
+    # threads started at import that act on the baseline's worker from outside it while it
+    # is timed: stopping it, or computing beside it (checks/interference.py, from the parent)
+    "sibling_stop": ("invalid", frozenset({"interference"}), "c"),
+    "idle_spin_cores": ("invalid", frozenset({"interference"}), "c"),
 }
 
 #: Cheats that use more cores than measure.cpu_threads allows (checks/activity.py's
@@ -78,7 +82,7 @@ AWAITING_CALL_SITE: Dict[str, Tuple[str, FrozenSet[str], str]] = {
 }
 #: The issue #13 cheats: none may be caught by the baseline-op rule (a name hit).
 GENERAL = ("inner_reach", "copy_reach", "tf32_einsum", "fp16_softmax", "mode_stack", "harness_patch", "poison_sniff",
-           "disguised_child", "import_pool_cores")
+           "disguised_child", "import_pool_cores", "sibling_stop", "idle_spin_cores")
 
 #: Cheats whose first calls are slow and honest (they compute everything they can find):
 #: the 0.3 s budget can end after two rounds in which no call was stale, so they get

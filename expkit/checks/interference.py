@@ -1,0 +1,143 @@
+"""What one side's worker does to the other's while the other is timed.
+
+The two workers are processes of one user, and such a process may act on another: stop
+it (``SIGSTOP``, then ``SIGCONT``) for part of every millisecond, or compute beside it on
+the cores it is timed on. Neither shows in any check inside the worker that is slowed:
+its calls just take longer, and a candidate whose baseline was stopped for half of each
+millisecond came out `supported` at 2.3-2.5x with calls of its own no faster
+(``tests/adversarial/cpu/sibling_stop.yaml``). The parent watches each worker from the
+outside, through the kernel, where a worker's code cannot reach:
+
+- **Work while the other side is timed** (:class:`IdleWatch`): the other worker's
+  process CPU clock, read by the parent before and after each block request of a side.
+  A worker that waits for its next request spends next to nothing; one that computed
+  while its sibling was timed competed with it for the machine.
+- **Stops** (:func:`stop_event`): the kernel tells a parent when its child was stopped or
+  continued (``waitid`` with ``WSTOPPED | WCONTINUED``); each worker is asked once a case.
+  Only a worker the parent forked can be asked this way: one from the fork server is
+  the server's child, and is reported as not watched.
+
+The CPU time is watched in CPU runs only: a GPU worker's own driver and CUPTI threads
+work between its requests, and what slows a GPU side's kernels is work on the GPU
+(:mod:`.activity`). Stops are watched in both.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
+
+from ..core.findings import Finding
+
+INTERFERENCE = "interference"
+
+#: The other side's CPU time during a side's block requests, as cores over their wall
+#: time, above which that side was not timed alone; and the least CPU time that can be
+#: judged at all (a millisecond is a few scheduler ticks' worth of noise).
+IDLE_CORES_LIMIT = 0.25
+IDLE_MIN_NS = 5_000_000
+
+_CPUCLOCK_SCHED = 2  # the kernel's process CPU-time clock id for a pid: ((~pid) << 3) | 2
+
+
+def cpu_clock_ns(pid: int) -> Optional[int]:
+    """Process ``pid``'s CPU time (all its threads, as the kernel accounts it), or None
+    where it cannot be read (gone, or not Linux)."""
+    try:
+        return int(time.clock_gettime_ns(((~pid) << 3) | _CPUCLOCK_SCHED))
+    except (OSError, OverflowError, ValueError, AttributeError):
+        return None
+
+
+def stop_event(pid: int) -> Optional[str]:
+    """``"stopped"`` or ``"continued"`` where process ``pid``, a child of this process, was
+    stopped or continued since last asked; ``"unwatched"`` where it is not this process's
+    child (or the platform cannot say); None where nothing happened. Asking consumes the
+    kernel's note, so each stop is reported once."""
+    waitid = getattr(os, "waitid", None)
+    if waitid is None:
+        return "unwatched"
+    try:
+        got = waitid(os.P_PID, pid, os.WSTOPPED | os.WCONTINUED | os.WNOHANG)
+    except ChildProcessError:
+        return "unwatched"
+    except OSError:
+        return None
+    if got is None:
+        return None
+    return "continued" if got.si_code == os.CLD_CONTINUED else "stopped"
+
+
+@dataclass
+class IdleWatch:
+    """Each side's block requests' wall time, and the other worker's CPU time in them.
+
+    ``pids``: side -> the worker's pid (two sides). :meth:`before` and :meth:`after`
+    bracket one side's request on the parent's clock; :meth:`findings` judges the case
+    and starts the next from zero. ``cpu``: whether the CPU time is watched (a CPU run;
+    stops are watched either way). ``read`` and ``events`` are the seams for tests."""
+
+    pids: Mapping[str, int]
+    cpu: bool = True
+    read: Callable[[int], Optional[int]] = cpu_clock_ns
+    events: Callable[[int], Optional[str]] = stop_event
+    wall_ns: Dict[str, int] = field(default_factory=dict)
+    other_ns: Dict[str, int] = field(default_factory=dict)
+    #: Sides whose stops could not be seen (a worker that is not the parent's child).
+    unwatched: Set[str] = field(default_factory=set)
+    _open: Optional[Tuple[str, int, Optional[int]]] = None
+
+    def _other(self, side: str) -> Optional[int]:
+        others = [pid for s, pid in self.pids.items() if s != side]
+        return others[0] if len(others) == 1 else None
+
+    def before(self, side: str, now_ns: int) -> None:
+        if not self.cpu:
+            return
+        pid = self._other(side)
+        self._open = (side, now_ns, self.read(pid) if pid is not None else None)
+
+    def after(self, now_ns: int) -> None:
+        if self._open is None:
+            return
+        side, t0, c0 = self._open
+        self._open = None
+        pid = self._other(side)
+        c1 = self.read(pid) if pid is not None and c0 is not None else None
+        if c1 is None:
+            return
+        self.wall_ns[side] = self.wall_ns.get(side, 0) + max(0, now_ns - t0)
+        self.other_ns[side] = self.other_ns.get(side, 0) + max(0, c1 - c0)
+
+    def summary(self) -> Dict[str, Dict[str, float]]:
+        """Per timed side: its requests' wall and the other worker's CPU in them, in ms."""
+        return {side: {"timed_ms": round(self.wall_ns[side] / 1e6, 3),
+                       "other_cpu_ms": round(self.other_ns.get(side, 0) / 1e6, 3)} for side in sorted(self.wall_ns)}
+
+    def findings(self, case: str, roles: Mapping[str, str]) -> List[Finding]:
+        """The case's findings (``roles``: side -> the name a reason uses), then a fresh start."""
+        out: List[Finding] = []
+        for side, wall in sorted(self.wall_ns.items()):
+            other = [s for s in self.pids if s != side]
+            spent = self.other_ns.get(side, 0)
+            if not other or wall <= 0 or spent < IDLE_MIN_NS or spent / wall <= IDLE_CORES_LIMIT:
+                continue
+            out.append(Finding(INTERFERENCE, False, (
+                f"the {roles.get(other[0], other[0])}'s process spent {spent / 1e6:.1f} ms of CPU time "
+                f"({spent / wall:.2f} cores) while only the {roles.get(side, side)} was to run "
+                f"({wall / 1e6:.1f} ms of its block requests; limit {IDLE_CORES_LIMIT:.2f} cores): work one side "
+                f"does while the other is timed competes with it, and the other's time is then not its own"),
+                case, figure=round(spent / wall, 3), threshold=IDLE_CORES_LIMIT))
+        for side, pid in sorted(self.pids.items()):
+            event = self.events(pid)
+            if event == "unwatched":
+                self.unwatched.add(side)
+            elif event in ("stopped", "continued"):
+                out.append(Finding(INTERFERENCE, False, (
+                    f"the {roles.get(side, side)}'s worker was stopped during the case (the kernel reported it "
+                    f"{event}): a stopped worker's timed calls include the time it stood still. Another process "
+                    f"of this user can stop it; if you suspended the run yourself (Ctrl-Z), run it again"), case))
+        self.wall_ns, self.other_ns = {}, {}
+        return out

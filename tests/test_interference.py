@@ -1,0 +1,124 @@
+"""checks.interference: what one side's worker does to the other's while the other is timed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from expkit.checks import interference
+from expkit.checks.interference import IDLE_CORES_LIMIT, IDLE_MIN_NS, INTERFERENCE, IdleWatch
+
+ROLES = {"b": "baseline", "c": "candidate"}
+
+
+class Clocks:
+    """Each pid's CPU clock, advanced by hand."""
+
+    def __init__(self) -> None:
+        self.ns = {1: 0, 2: 0}
+
+    def read(self, pid: int):
+        return self.ns.get(pid)
+
+
+def _timed(w: IdleWatch, clocks: Clocks, side: str, wall_ns: int, other_ns: int, t: int = 0) -> None:
+    other = 2 if side == "b" else 1
+    w.before(side, t)
+    clocks.ns[other] += other_ns
+    w.after(t + wall_ns)
+
+
+def test_the_other_worker_computing_while_a_side_is_timed_is_named_with_its_figures():
+    clocks = Clocks()
+    w = IdleWatch({"b": 1, "c": 2}, read=clocks.read, events=lambda pid: None)
+    for _ in range(10):
+        _timed(w, clocks, "b", 4_000_000, 2_000_000)  # the candidate at half a core beside the baseline
+        _timed(w, clocks, "c", 4_000_000, 10_000)     # the baseline waits
+    got = w.findings("k", ROLES)
+    assert [(f.check, f.case, f.figure) for f in got] == [(INTERFERENCE, "k", 0.5)], got
+    assert "the candidate's process spent 20.0 ms of CPU time (0.50 cores) while only the baseline" in got[0].message
+    assert w.wall_ns == {} and w.findings("k", ROLES) == []  # each case from zero
+
+
+@pytest.mark.parametrize("other_ns, wall_ns", [
+    (int(IDLE_CORES_LIMIT * 40_000_000) - 1, 40_000_000),  # at the limit: a pool's spin after its block
+    (IDLE_MIN_NS - 1, IDLE_MIN_NS),                         # above the limit, too little to judge
+])
+def test_a_waiting_worker_raises_no_alarm(other_ns, wall_ns):
+    clocks = Clocks()
+    w = IdleWatch({"b": 1, "c": 2}, read=clocks.read, events=lambda pid: None)
+    _timed(w, clocks, "b", wall_ns, other_ns)
+    assert w.findings("k", ROLES) == []
+
+
+def test_a_worker_that_is_gone_is_not_judged():
+    clocks = Clocks()
+    w = IdleWatch({"b": 1, "c": 2}, read=clocks.read, events=lambda pid: None)
+    w.before("b", 0)
+    del clocks.ns[2]
+    w.after(10_000_000)
+    assert w.wall_ns == {} and w.findings("k", ROLES) == []
+
+
+def test_a_stop_is_reported_for_the_side_stopped_and_a_worker_not_ours_as_unwatched():
+    events = {1: "continued", 2: "unwatched"}
+    w = IdleWatch({"b": 1, "c": 2}, read=lambda pid: 0, events=events.get)
+    got = w.findings("k", ROLES)
+    assert len(got) == 1 and got[0].check == INTERFERENCE and "the baseline's worker was stopped" in got[0].message
+    assert w.unwatched == {"c"}
+
+
+def _spinning_child(seconds: float) -> int:
+    pid = os.fork()
+    if pid == 0:
+        t = time.perf_counter()
+        while time.perf_counter() - t < seconds:
+            pass
+        os._exit(0)
+    return pid
+
+
+def test_the_kernel_counts_a_childs_cpu_and_reports_its_stops_once():
+    """The real clocks and the real note: a child's CPU clock read from here grows as it
+    computes; a stop and a continue are reported (once), as are a stop in progress."""
+    pid = _spinning_child(1.0)
+    try:
+        c0 = interference.cpu_clock_ns(pid)
+        assert interference.stop_event(pid) is None
+        time.sleep(0.2)
+        c1 = interference.cpu_clock_ns(pid)
+        assert c0 is not None and c1 is not None and c1 - c0 > 50_000_000, (c0, c1)
+        for _ in range(2):
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(0.05)
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.05)
+        assert interference.stop_event(pid) == "continued"
+        assert interference.stop_event(pid) is None
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(0.05)
+        assert interference.stop_event(pid) == "stopped"
+        os.kill(pid, signal.SIGCONT)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert interference.cpu_clock_ns(pid) is None  # gone
+
+
+def test_a_process_that_is_not_our_child_is_unwatched():
+    assert interference.stop_event(os.getppid()) == "unwatched"
+
+
+def test_a_gpu_runs_watch_reads_no_cpu_clock_but_sees_stops():
+    """A GPU worker's driver and CUPTI threads work between its requests: only stops count."""
+    read = []
+    w = IdleWatch({"b": 1, "c": 2}, cpu=False, read=lambda pid: read.append(pid) or 0,
+                  events={2: "stopped"}.get)
+    w.before("b", 0)
+    w.after(50_000_000)
+    got = w.findings("k", ROLES)
+    assert read == [] and w.summary() == {}
+    assert [f.message.split(" was")[0] for f in got] == ["the candidate's worker"]
