@@ -19,12 +19,14 @@ from expkit.checks import children
 # --- multiprocessing's helpers ----------------------------------------------------------------
 
 
-def fake_proc(cmd: List[str], state: str = "S", cpu_ticks: int = 5):
+def fake_proc(cmd: List[str], state: str = "S", cpu_ticks: int = 5, me: Optional[List[str]] = None):
+    """/proc with child 123 running ``cmd``; this process runs ``me`` (pytest by default)."""
     stat = f"123 (python) {state} 1 1 1 0 -1 0 0 0 0 0 {cpu_ticks} 0 0 0 20 0 1 0 100 0 0".encode()
 
     def read(path: str) -> Optional[bytes]:
         if path.endswith("/cmdline"):
-            return b"\0".join(c.encode() for c in cmd) + b"\0"
+            argv = (me or [sys.executable, "-m", "pytest"]) if path == "/proc/self/cmdline" else cmd
+            return b"\0".join(c.encode() for c in argv) + b"\0"
         if path.endswith("/stat"):
             return stat
         return None
@@ -44,6 +46,15 @@ def test_helper_processes_are_recognised_by_their_command_line_and_idleness():
     assert not children.helper_process(123, fake_proc(TRACKER, state="R"))
     assert not children.helper_process(123, fake_proc(TRACKER, cpu_ticks=1000))
     assert not children.helper_process(123, fake_proc([sys.executable, "worker.py"]))
+
+
+def test_a_fork_of_a_worker_from_the_fork_server_is_not_taken_for_the_server():
+    """A worker that came from the fork server has the server's command line, and so has
+    a process it forks: on the H100 host the import_pool_cores cheat's helper, forked at
+    import and idle until the first call, passed as the fork server."""
+    server = [sys.executable, "-c", "from multiprocessing.forkserver import main; main(9, 10, ['torch'], **{})"]
+    assert children.helper_process(123, fake_proc(server))
+    assert not children.helper_process(123, fake_proc(server, me=server))
 
 
 def test_the_resource_tracker_is_not_a_new_child():

@@ -122,3 +122,24 @@ def test_a_gpu_runs_watch_reads_no_cpu_clock_but_sees_stops():
     got = w.findings("k", ROLES)
     assert read == [] and w.summary() == {}
     assert [f.message.split(" was")[0] for f in got] == ["the candidate's worker"]
+
+
+def test_the_sigcont_a_worker_counts_reaches_the_verdict_where_waitid_cannot():
+    """A worker from the fork server is not the parent's child: only its own count of the
+    SIGCONT that ended each stop tells (the sibling_stop cheat on the H100 host)."""
+    w = IdleWatch({"b": 1, "c": 2}, read=lambda pid: 0, events=lambda pid: "unwatched")
+    got = w.findings("k", ROLES, {"b": 3, "c": 0})
+    assert len(got) == 1 and "the baseline's worker was stopped during the case (it was continued 3 time(s))" \
+        in got[0].message, got
+    assert w.unwatched == {"b", "c"}
+
+
+def test_a_process_counts_the_sigcont_it_receives_and_goes_on():
+    import subprocess
+    import sys
+
+    code = ("import os, signal; from expkit.checks import interference as i; i.count_continues(); "
+            "[os.kill(os.getpid(), signal.SIGCONT) for _ in range(2)]; import time; time.sleep(0.05); "
+            "print(i.continues_taken() >= 1, i.continues_taken())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "True 0", out.stderr[-2000:]

@@ -109,8 +109,10 @@ class CaseSides:
         sides = ((BASELINE, self.pair.b), (CANDIDATE, self.pair.c))
         for _, ep in sides:  # both at once: nothing is timed while a case ends
             ep.send("finish_case", trim=trim)
+        continued: Dict[str, int] = {}
         for role, reply in [(role, ep.receive()) for role, ep in sides]:
             done += _findings(reply)
+            continued[role] = int(reply.get("continued") or 0)
             if reply.get("resources") is not None:  # the cores each side's timed blocks used (CPU)
                 per = self.pair.evidence.setdefault("resources", {}).setdefault(self.case, {})
                 per[role] = busiest(per.get(role), reply["resources"])
@@ -119,7 +121,7 @@ class CaseSides:
         if self.watch is not None:  # what each worker did while the other was timed
             if self.watch.cpu:
                 self.pair.evidence.setdefault("interference", {})[self.case] = self.watch.summary()
-            done += self.watch.findings(self.case, {BASELINE: "baseline", CANDIDATE: "candidate"})
+            done += self.watch.findings(self.case, {BASELINE: "baseline", CANDIDATE: "candidate"}, continued)
             if self.watch.unwatched:
                 self.pair.evidence["stops_unwatched"] = sorted(self.watch.unwatched)
         d = self.pair.settings.defences

@@ -14,6 +14,7 @@ from dataclasses import asdict
 from typing import Any, Callable, Dict, Mapping, Optional
 
 from . import allocator
+from ..checks.interference import continues_taken
 from .block_checks import opening
 from .cores import Relay
 from .judge import Judge
@@ -161,7 +162,8 @@ class Server:
         the collection and frees cost about 0.2 s a side on an H200
         (``benchmarks/results/h100-2026-11-25/timeline_62_h200_b3b7a7a.txt``)."""
         self.relay.share(None)
-        out = {"findings": [asdict(f) for f in self.side.finish_case()], "resources": self.side.resources}
+        out = {"findings": [asdict(f) for f in self.side.finish_case()], "resources": self.side.resources,
+               "continued": continues_taken()}  # stops of this worker (checks.interference)
         if m.get("trim", True):
             self._return_cached_memory()
         return out

@@ -15,6 +15,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
+from ..checks.interference import count_continues
 from ..core.errors import ExpkitError, ManifestError
 from .allocator import steady as steady_allocator
 from .blas import worker_scipy_threads
@@ -108,6 +109,7 @@ def worker_main(req: Any, rep: Any, manifest_path: str, settings: Any, device: s
     for conn in parent_ends:
         conn.close()
     _become_subreaper()
+    count_continues()  # each stop of this worker, whoever sent it (checks.interference)
     steady_allocator()
     worker_scipy_threads(settings.measure.cpu_threads)  # the parent loaded scipy's BLAS on one thread (.blas)
     _release_inherited()

@@ -37,9 +37,13 @@ def helper_process(pid: int, read: Callable[[str], Optional[bytes]] = read_proc)
     ``multiprocessing`` starts its resource tracker or fork server with
     (:data:`HELPER_COMMAND`), it is not on a CPU now, and it has used less CPU time than
     an interpreter's start-up (:data:`HELPER_CPU_S`). A process that only borrows the
-    command line but computes fails the last two."""
+    command line but computes fails the last two. A plain fork of this process is not a
+    helper either, whatever its command line: a worker that came from the fork server
+    has the server's, and so has every process it forks (a candidate that forked a
+    helper of its own at import passed as the fork server on the H100 host, where a test
+    session's workers came from it)."""
     raw = read(f"/proc/{pid}/cmdline")
-    if not raw:
+    if not raw or raw == read("/proc/self/cmdline"):
         return False
     argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
     if "-c" not in argv[:-1] or not HELPER_COMMAND.match(argv[argv.index("-c") + 1].strip()):

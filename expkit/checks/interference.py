@@ -12,10 +12,15 @@ outside, through the kernel, where a worker's code cannot reach:
   process CPU clock, read by the parent before and after each block request of a side.
   A worker that waits for its next request spends next to nothing; one that computed
   while its sibling was timed competed with it for the machine.
-- **Stops** (:func:`stop_event`): the kernel tells a parent when its child was stopped or
-  continued (``waitid`` with ``WSTOPPED | WCONTINUED``); each worker is asked once a case.
-  Only a worker the parent forked can be asked this way: one from the fork server is
-  the server's child, and is reported as not watched.
+- **Stops**, two ways. The kernel tells a parent when its child was stopped or continued
+  (:func:`stop_event`: ``waitid`` with ``WSTOPPED | WCONTINUED``), and each worker
+  counts the ``SIGCONT`` that ends every stop (:func:`count_continues`, installed before
+  any code under test is imported; a stopped process cannot be continued without it).
+  The first sees only a worker the parent forked: one from the fork server is the
+  server's child (reported as not watched). The second sees every worker, and the
+  baseline's count is in the baseline's process, which the candidate's code cannot reach
+  (on the H100 host, where a test session's workers came from the fork server, a
+  candidate that stopped its baseline was `supported` with the first alone).
 
 The CPU time is watched in CPU runs only: a GPU worker's own driver and CUPTI threads
 work between its requests, and what slows a GPU side's kernels is work on the GPU
@@ -70,6 +75,26 @@ def stop_event(pid: int) -> Optional[str]:
     return "continued" if got.si_code == os.CLD_CONTINUED else "stopped"
 
 
+_CONTINUED = [0]
+
+
+def count_continues() -> None:
+    """In a worker, before any code under test is imported: count every ``SIGCONT`` this
+    process receives (:func:`continues_taken`). The signal still continues the process."""
+    import signal
+
+    def _count(signum: int, frame: object) -> None:
+        _CONTINUED[0] += 1
+
+    signal.signal(signal.SIGCONT, _count)
+
+
+def continues_taken() -> int:
+    """The ``SIGCONT`` this process received since last asked (:func:`count_continues`)."""
+    n, _CONTINUED[0] = _CONTINUED[0], 0
+    return n
+
+
 @dataclass
 class IdleWatch:
     """Each side's block requests' wall time, and the other worker's CPU time in them.
@@ -116,8 +141,10 @@ class IdleWatch:
         return {side: {"timed_ms": round(self.wall_ns[side] / 1e6, 3),
                        "other_cpu_ms": round(self.other_ns.get(side, 0) / 1e6, 3)} for side in sorted(self.wall_ns)}
 
-    def findings(self, case: str, roles: Mapping[str, str]) -> List[Finding]:
-        """The case's findings (``roles``: side -> the name a reason uses), then a fresh start."""
+    def findings(self, case: str, roles: Mapping[str, str],
+                 continued: Optional[Mapping[str, int]] = None) -> List[Finding]:
+        """The case's findings (``roles``: side -> the name a reason uses; ``continued``:
+        side -> the ``SIGCONT`` its worker counted in the case), then a fresh start."""
         out: List[Finding] = []
         for side, wall in sorted(self.wall_ns.items()):
             other = [s for s in self.pids if s != side]
@@ -134,10 +161,13 @@ class IdleWatch:
             event = self.events(pid)
             if event == "unwatched":
                 self.unwatched.add(side)
-            elif event in ("stopped", "continued"):
+            seen = [f"the kernel reported it {event}"] if event in ("stopped", "continued") else []
+            n = (continued or {}).get(side, 0)
+            seen += [f"it was continued {n} time(s)"] if n else []
+            if seen:
                 out.append(Finding(INTERFERENCE, False, (
-                    f"the {roles.get(side, side)}'s worker was stopped during the case (the kernel reported it "
-                    f"{event}): a stopped worker's timed calls include the time it stood still. Another process "
-                    f"of this user can stop it; if you suspended the run yourself (Ctrl-Z), run it again"), case))
+                    f"the {roles.get(side, side)}'s worker was stopped during the case ({'; '.join(seen)}): a stopped "
+                    f"worker's timed calls include the time it stood still. Another process of this user can stop "
+                    f"it; if you suspended the run yourself (Ctrl-Z), run it again"), case))
         self.wall_ns, self.other_ns = {}, {}
         return out

@@ -132,6 +132,17 @@ def test_bad_candidate_is_caught_with_the_right_reason(name, tmp_path):
     assert heads & {c for wanted in checks for c in wanted.split("|")}, out.result["reasons"]
 
 
+@pytest.mark.parametrize("name", ["sibling_stop", "import_pool_cores"])
+def test_cheats_that_act_from_outside_a_worker_are_caught_when_the_workers_come_from_the_fork_server(name, tmp_path):
+    """A process that is not fresh (a notebook, a test session that computed with torch)
+    starts its workers from the fork server, and did on the H100 host: the workers are
+    then not the parent's children, and each of these two came out `supported` there."""
+    verdict, checks, case = BAD[name]
+    out = run(name, tmp_path, "defences.start_method=forkserver")
+    assert out.result["defences"]["start_method"] == "forkserver", out.result["defences"]["start_method"]
+    assert out.verdict == verdict and set(checks) <= set(reason_checks(out.result)), out.result["reasons"]
+
+
 @pytest.mark.parametrize("name", sorted(AWAITING_CALL_SITE))
 def test_more_cores_than_allowed_is_caught(name, tmp_path):
     verdict, checks, case = AWAITING_CALL_SITE[name]
