@@ -143,3 +143,35 @@ def test_a_process_counts_the_sigcont_it_receives_and_goes_on():
             "print(i.continues_taken() >= 1, i.continues_taken())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "True 0", out.stderr[-2000:]
+
+
+def test_a_worker_whose_priority_is_not_the_runs_is_named():
+    """A process may lower the priority of another of its user (``renice``): the baseline's
+    calls then wait for whatever else the machine runs. Read after each of a side's
+    requests, held against the parent's own, which a worker inherits."""
+    nice = {1: 0, 2: 0}
+    w = IdleWatch({"b": 1, "c": 2}, read=lambda pid: 0, events=lambda pid: None, nice=nice.get, expected_nice=0)
+    _timed(w, Clocks(), "b", 1_000_000, 0)
+    assert w.findings("k", ROLES) == []
+    nice[1] = 19
+    _timed(w, Clocks(), "b", 1_000_000, 0)
+    nice[1] = 0  # put back before the case ends: seen all the same
+    _timed(w, Clocks(), "b", 1_000_000, 0)
+    (f,) = w.findings("k", ROLES)
+    assert f.check == INTERFERENCE and "the baseline's worker had its priority changed (nice 19 where the run's is 0)" \
+        in f.message, f.message
+    assert w.findings("k", ROLES) == []
+
+
+def test_a_real_workers_priority_is_read_from_the_parent():
+    pid = _spinning_child(0.5)
+    try:
+        assert interference.read_nice(pid) == interference.read_nice(0)
+        os.setpriority(os.PRIO_PROCESS, pid, interference.read_nice(0) + 5)
+        w = IdleWatch({"b": pid, "c": os.getpid()}, events=lambda p: None)
+        w.before("b", 0)
+        w.after(1)
+        assert [f.check for f in w.findings("k", ROLES)] == [INTERFERENCE]
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)

@@ -1,11 +1,12 @@
 """What one side's worker does to the other's while the other is timed.
 
 The two workers are processes of one user, and such a process may act on another: stop
-it (``SIGSTOP``, then ``SIGCONT``) for part of every millisecond, or compute beside it on
-the cores it is timed on. Neither shows in any check inside the worker that is slowed:
-its calls just take longer, and a candidate whose baseline was stopped for half of each
-millisecond came out `supported` at 2.3-2.5x with calls of its own no faster
-(``tests/adversarial/cpu/sibling_stop.yaml``). The parent watches each worker from the
+it (``SIGSTOP``, then ``SIGCONT``) for part of every millisecond, compute beside it on
+the cores it is timed on, or lower its priority. None of it shows in any check inside the
+worker that is slowed: its calls just take longer, and a candidate whose baseline was
+stopped for half of each millisecond came out `supported` at 2.3-2.5x with calls of its
+own no faster (``tests/adversarial/cpu/sibling_stop.yaml``,
+``benchmarks/results/cpu-2026-11-26d/README.md``). The parent watches each worker from the
 outside, through the kernel, where a worker's code cannot reach:
 
 - **Work while the other side is timed** (:class:`IdleWatch`): the other worker's
@@ -21,10 +22,12 @@ outside, through the kernel, where a worker's code cannot reach:
   baseline's count is in the baseline's process, which the candidate's code cannot reach
   (on the H100 host, where a test session's workers came from the fork server, a
   candidate that stopped its baseline was `supported` with the first alone).
+- **Priority**: each side's nice, read after each of its requests, against the parent's
+  (a process may lower another's of its user; `sibling_nice`).
 
 The CPU time is watched in CPU runs only: a GPU worker's own driver and CUPTI threads
 work between its requests, and what slows a GPU side's kernels is work on the GPU
-(:mod:`.activity`). Stops are watched in both.
+(:mod:`.activity`). Stops and priorities are watched in both.
 """
 
 from __future__ import annotations
@@ -53,6 +56,14 @@ def cpu_clock_ns(pid: int) -> Optional[int]:
     try:
         return int(time.clock_gettime_ns(((~pid) << 3) | _CPUCLOCK_SCHED))
     except (OSError, OverflowError, ValueError, AttributeError):
+        return None
+
+
+def read_nice(pid: int) -> Optional[int]:
+    """The scheduling priority (nice) of process ``pid``'s main thread, or None."""
+    try:
+        return os.getpriority(os.PRIO_PROCESS, pid)
+    except (OSError, AttributeError):
         return None
 
 
@@ -102,16 +113,23 @@ class IdleWatch:
     ``pids``: side -> the worker's pid (two sides). :meth:`before` and :meth:`after`
     bracket one side's request on the parent's clock; :meth:`findings` judges the case
     and starts the next from zero. ``cpu``: whether the CPU time is watched (a CPU run;
-    stops are watched either way). ``read`` and ``events`` are the seams for tests."""
+    stops and priorities are watched either way). Each side's priority (its main
+    thread's nice, the thread that times its calls) is read after each of its requests
+    and held against ``expected_nice``: the parent's, which a worker inherits and expkit
+    never changes. ``read``, ``events`` and ``nice`` are the seams for tests."""
 
     pids: Mapping[str, int]
     cpu: bool = True
     read: Callable[[int], Optional[int]] = cpu_clock_ns
     events: Callable[[int], Optional[str]] = stop_event
+    nice: Callable[[int], Optional[int]] = read_nice
     wall_ns: Dict[str, int] = field(default_factory=dict)
     other_ns: Dict[str, int] = field(default_factory=dict)
     #: Sides whose stops could not be seen (a worker that is not the parent's child).
     unwatched: Set[str] = field(default_factory=set)
+    expected_nice: Optional[int] = field(default_factory=lambda: read_nice(0))
+    #: Each side's last priority reading that differed from ``expected_nice``.
+    reniced: Dict[str, int] = field(default_factory=dict)
     _open: Optional[Tuple[str, int, Optional[int]]] = None
 
     def _other(self, side: str) -> Optional[int]:
@@ -119,22 +137,27 @@ class IdleWatch:
         return others[0] if len(others) == 1 else None
 
     def before(self, side: str, now_ns: int) -> None:
-        if not self.cpu:
-            return
         pid = self._other(side)
-        self._open = (side, now_ns, self.read(pid) if pid is not None else None)
+        self._open = (side, now_ns, self.read(pid) if pid is not None and self.cpu else None)
 
     def after(self, now_ns: int) -> None:
         if self._open is None:
             return
         side, t0, c0 = self._open
         self._open = None
+        self._check_nice(side)
         pid = self._other(side)
         c1 = self.read(pid) if pid is not None and c0 is not None else None
         if c1 is None:
             return
         self.wall_ns[side] = self.wall_ns.get(side, 0) + max(0, now_ns - t0)
         self.other_ns[side] = self.other_ns.get(side, 0) + max(0, c1 - c0)
+
+    def _check_nice(self, side: str) -> None:
+        pid = self.pids.get(side)
+        now = self.nice(pid) if pid is not None and self.expected_nice is not None else None
+        if now is not None and now != self.expected_nice:
+            self.reniced[side] = now
 
     def summary(self) -> Dict[str, Dict[str, float]]:
         """Per timed side: its requests' wall and the other worker's CPU in them, in ms."""
@@ -169,5 +192,10 @@ class IdleWatch:
                     f"the {roles.get(side, side)}'s worker was stopped during the case ({'; '.join(seen)}): a stopped "
                     f"worker's timed calls include the time it stood still. Another process of this user can stop "
                     f"it; if you suspended the run yourself (Ctrl-Z), run it again"), case))
-        self.wall_ns, self.other_ns = {}, {}
+        for side, now in sorted(self.reniced.items()):
+            out.append(Finding(INTERFERENCE, False, (
+                f"the {roles.get(side, side)}'s worker had its priority changed (nice "
+                f"{now} where the run's is {self.expected_nice}): another process of this user can lower a worker's "
+                f"priority, and its calls then wait for whatever else runs"), case))
+        self.wall_ns, self.other_ns, self.reniced = {}, {}, {}
         return out

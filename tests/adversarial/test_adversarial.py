@@ -71,6 +71,7 @@ BAD: Dict[str, Tuple[str, FrozenSet[str], str]] = {
     # is timed: stopping it, or computing beside it (checks/interference.py, from the parent)
     "sibling_stop": ("invalid", frozenset({"interference"}), "c"),
     "idle_spin_cores": ("invalid", frozenset({"interference"}), "c"),
+    "sibling_nice": ("invalid", frozenset({"interference"}), "c"),
 }
 
 #: Cheats that use more cores than measure.cpu_threads allows (checks/activity.py's
@@ -82,7 +83,8 @@ AWAITING_CALL_SITE: Dict[str, Tuple[str, FrozenSet[str], str]] = {
 }
 #: The issue #13 cheats: none may be caught by the baseline-op rule (a name hit).
 GENERAL = ("inner_reach", "copy_reach", "tf32_einsum", "fp16_softmax", "mode_stack", "harness_patch", "poison_sniff",
-           "disguised_child", "import_pool_cores", "sibling_stop", "idle_spin_cores")
+           "disguised_child", "import_pool_cores", "sibling_stop", "idle_spin_cores",
+           "sibling_nice")
 
 #: Cheats whose first calls are slow and honest (they compute everything they can find):
 #: the 0.3 s budget can end after two rounds in which no call was stale, so they get
@@ -132,11 +134,12 @@ def test_bad_candidate_is_caught_with_the_right_reason(name, tmp_path):
     assert heads & {c for wanted in checks for c in wanted.split("|")}, out.result["reasons"]
 
 
-@pytest.mark.parametrize("name", ["sibling_stop", "import_pool_cores"])
+@pytest.mark.parametrize("name", ["sibling_stop", "import_pool_cores", "sibling_nice"])
 def test_cheats_that_act_from_outside_a_worker_are_caught_when_the_workers_come_from_the_fork_server(name, tmp_path):
     """A process that is not fresh (a notebook, a test session that computed with torch)
     starts its workers from the fork server, and did on the H100 host: the workers are
-    then not the parent's children, and each of these two came out `supported` there."""
+    then not the parent's children, and `sibling_stop` and `import_pool_cores` came out
+    `supported` there (benchmarks/results/h100-2026-11-26/adv_cpu_31205fa.txt)."""
     verdict, checks, case = BAD[name]
     out = run(name, tmp_path, "defences.start_method=forkserver")
     assert out.result["defences"]["start_method"] == "forkserver", out.result["defences"]["start_method"]
