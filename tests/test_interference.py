@@ -148,26 +148,34 @@ def test_a_process_counts_the_sigcont_it_receives_and_goes_on():
 def test_a_worker_whose_priority_is_not_the_runs_is_named():
     """A process may lower the priority of another of its user (``renice``): the baseline's
     calls then wait for whatever else the machine runs. Read after each of a side's
-    requests, held against the parent's own, which a worker inherits."""
-    nice = {1: 0, 2: 0}
-    w = IdleWatch({"b": 1, "c": 2}, read=lambda pid: 0, events=lambda pid: None, nice=nice.get, expected_nice=0)
+    requests, held against the parent's own, which a worker inherits; a real-time policy
+    (a privileged candidate raising its own) is named too."""
+    nice = {1: (0, 0), 2: (0, 0)}
+    w = IdleWatch({"b": 1, "c": 2}, read=lambda pid: 0, events=lambda pid: None, priority=nice.get, expected=(0, 0))
     _timed(w, Clocks(), "b", 1_000_000, 0)
     assert w.findings("k", ROLES) == []
-    nice[1] = 19
+    nice[1] = (0, 19)
     _timed(w, Clocks(), "b", 1_000_000, 0)
-    nice[1] = 0  # put back before the case ends: seen all the same
+    nice[1] = (0, 0)  # put back before the case ends: seen all the same
     _timed(w, Clocks(), "b", 1_000_000, 0)
     (f,) = w.findings("k", ROLES)
-    assert f.check == INTERFERENCE and "the baseline's worker had its priority changed (nice 19 where the run's is 0)" \
+    assert f.check == INTERFERENCE and "the baseline's worker had its priority changed (nice 19 where the run's is nice 0)" \
         in f.message, f.message
     assert w.findings("k", ROLES) == []
+    nice[2] = (os.SCHED_FIFO, 0)
+    _timed(w, Clocks(), "c", 1_000_000, 0)
+    (f,) = w.findings("k", ROLES)
+    assert "the candidate's worker had its priority changed (nice 0, SCHED_FIFO where the run's is nice 0)" \
+        in f.message, f.message
 
 
 def test_a_real_workers_priority_is_read_from_the_parent():
+    """The real calls: a child's policy and nice as the parent reads them, and a nice of 5
+    more than the parent's named."""
     pid = _spinning_child(0.5)
     try:
-        assert interference.read_nice(pid) == interference.read_nice(0)
-        os.setpriority(os.PRIO_PROCESS, pid, interference.read_nice(0) + 5)
+        assert interference.read_priority(pid) == interference.read_priority(0)
+        os.setpriority(os.PRIO_PROCESS, pid, interference.read_priority(0)[1] + 5)
         w = IdleWatch({"b": pid, "c": os.getpid()}, events=lambda p: None)
         w.before("b", 0)
         w.after(1)

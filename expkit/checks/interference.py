@@ -22,8 +22,8 @@ outside, through the kernel, where a worker's code cannot reach:
   baseline's count is in the baseline's process, which the candidate's code cannot reach
   (on the H100 host, where a test session's workers came from the fork server, a
   candidate that stopped its baseline was `supported` with the first alone).
-- **Priority**: each side's nice, read after each of its requests, against the parent's
-  (a process may lower another's of its user; `sibling_nice`).
+- **Priority**: each side's scheduling policy and nice, read after each of its requests,
+  against the parent's (a process may lower another's of its user; `sibling_nice`).
 
 The CPU time is watched in CPU runs only: a GPU worker's own driver and CUPTI threads
 work between its requests, and what slows a GPU side's kernels is work on the GPU
@@ -59,12 +59,22 @@ def cpu_clock_ns(pid: int) -> Optional[int]:
         return None
 
 
-def read_nice(pid: int) -> Optional[int]:
-    """The scheduling priority (nice) of process ``pid``'s main thread, or None."""
+Priority = Tuple[int, int]  # (scheduling policy, nice)
+
+
+def read_priority(pid: int) -> Optional[Priority]:
+    """How the scheduler treats process ``pid``'s main thread: its policy (``SCHED_OTHER``,
+    ``SCHED_IDLE``, a real-time one...) and its nice; None where it cannot be read."""
     try:
-        return os.getpriority(os.PRIO_PROCESS, pid)
+        return os.sched_getscheduler(pid), os.getpriority(os.PRIO_PROCESS, pid)
     except (OSError, AttributeError):
         return None
+
+
+def priority_text(p: Priority) -> str:
+    names = {getattr(os, n): n for n in ("SCHED_OTHER", "SCHED_BATCH", "SCHED_IDLE", "SCHED_FIFO", "SCHED_RR")
+             if hasattr(os, n)}
+    return f"nice {p[1]}" + ("" if p[0] == getattr(os, "SCHED_OTHER", 0) else f", {names.get(p[0], p[0])}")
 
 
 def stop_event(pid: int) -> Optional[str]:
@@ -114,22 +124,23 @@ class IdleWatch:
     bracket one side's request on the parent's clock; :meth:`findings` judges the case
     and starts the next from zero. ``cpu``: whether the CPU time is watched (a CPU run;
     stops and priorities are watched either way). Each side's priority (its main
-    thread's nice, the thread that times its calls) is read after each of its requests
-    and held against ``expected_nice``: the parent's, which a worker inherits and expkit
-    never changes. ``read``, ``events`` and ``nice`` are the seams for tests."""
+    thread's scheduling policy and nice: the thread that times its calls) is read after
+    each of its requests and held against ``expected``: the parent's, which a worker
+    inherits and expkit never changes. ``read``, ``events`` and ``priority`` are the
+    seams for tests."""
 
     pids: Mapping[str, int]
     cpu: bool = True
     read: Callable[[int], Optional[int]] = cpu_clock_ns
     events: Callable[[int], Optional[str]] = stop_event
-    nice: Callable[[int], Optional[int]] = read_nice
+    priority: Callable[[int], Optional[Priority]] = read_priority
     wall_ns: Dict[str, int] = field(default_factory=dict)
     other_ns: Dict[str, int] = field(default_factory=dict)
     #: Sides whose stops could not be seen (a worker that is not the parent's child).
     unwatched: Set[str] = field(default_factory=set)
-    expected_nice: Optional[int] = field(default_factory=lambda: read_nice(0))
-    #: Each side's last priority reading that differed from ``expected_nice``.
-    reniced: Dict[str, int] = field(default_factory=dict)
+    expected: Optional[Priority] = field(default_factory=lambda: read_priority(0))
+    #: Each side's last priority reading that differed from ``expected``.
+    reniced: Dict[str, Priority] = field(default_factory=dict)
     _open: Optional[Tuple[str, int, Optional[int]]] = None
 
     def _other(self, side: str) -> Optional[int]:
@@ -145,7 +156,7 @@ class IdleWatch:
             return
         side, t0, c0 = self._open
         self._open = None
-        self._check_nice(side)
+        self._check_priority(side)
         pid = self._other(side)
         c1 = self.read(pid) if pid is not None and c0 is not None else None
         if c1 is None:
@@ -153,10 +164,10 @@ class IdleWatch:
         self.wall_ns[side] = self.wall_ns.get(side, 0) + max(0, now_ns - t0)
         self.other_ns[side] = self.other_ns.get(side, 0) + max(0, c1 - c0)
 
-    def _check_nice(self, side: str) -> None:
+    def _check_priority(self, side: str) -> None:
         pid = self.pids.get(side)
-        now = self.nice(pid) if pid is not None and self.expected_nice is not None else None
-        if now is not None and now != self.expected_nice:
+        now = self.priority(pid) if pid is not None and self.expected is not None else None
+        if now is not None and now != self.expected:
             self.reniced[side] = now
 
     def summary(self) -> Dict[str, Dict[str, float]]:
@@ -194,8 +205,9 @@ class IdleWatch:
                     f"it; if you suspended the run yourself (Ctrl-Z), run it again"), case))
         for side, now in sorted(self.reniced.items()):
             out.append(Finding(INTERFERENCE, False, (
-                f"the {roles.get(side, side)}'s worker had its priority changed (nice "
-                f"{now} where the run's is {self.expected_nice}): another process of this user can lower a worker's "
-                f"priority, and its calls then wait for whatever else runs"), case))
+                f"the {roles.get(side, side)}'s worker had its priority changed ({priority_text(now)} where the "
+                f"run's is {priority_text(self.expected)}): another process of this user can lower a worker's "
+                f"priority (or, with the privilege, raise one), and then one side's calls wait for whatever else "
+                f"runs and the other's do not"), case))
         self.wall_ns, self.other_ns, self.reniced = {}, {}, {}
         return out
