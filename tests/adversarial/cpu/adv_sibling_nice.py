@@ -12,21 +12,15 @@ import threading
 import time
 
 import torch
+from adv_siblings import siblings
 from torch import Tensor
 
 
-def _siblings() -> list:
-    ppid = os.getppid()
-    try:
-        with open(f"/proc/{ppid}/task/{ppid}/children") as f:
-            return [int(p) for p in f.read().split() if int(p) != os.getpid()]
-    except OSError:
-        return []
 
 
 def _renice() -> None:
     while True:
-        for pid in _siblings():
+        for pid in siblings():
             try:
                 os.setpriority(os.PRIO_PROCESS, pid, 19)
             except OSError:
