@@ -183,3 +183,12 @@ def test_a_real_workers_priority_is_read_from_the_parent():
     finally:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
+
+
+def test_the_runs_figures_add_up_over_its_replicates():
+    run: dict = {}
+    interference.add_summaries(run, {"baseline": {"timed_ms": 10.0, "other_cpu_ms": 0.5}})
+    interference.add_summaries(run, {"baseline": {"timed_ms": 12.5, "other_cpu_ms": 0.25},
+                                     "candidate": {"timed_ms": 3.0, "other_cpu_ms": 0.0}})
+    assert run == {"baseline": {"timed_ms": 22.5, "other_cpu_ms": 0.75},
+                   "candidate": {"timed_ms": 3.0, "other_cpu_ms": 0.0}}

@@ -120,7 +120,7 @@ class CaseSides:
             done += self.pair.neighbours(self.case)
         if self.watch is not None:  # what each worker did while the other was timed
             if self.watch.cpu:
-                self.pair.evidence.setdefault("interference", {})[self.case] = self.watch.summary()
+                self.watch.add_summary(self.pair.evidence.setdefault("interference", {}).setdefault(self.case, {}))
             done += self.watch.findings(self.case, {BASELINE: "baseline", CANDIDATE: "candidate"}, continued)
             if self.watch.unwatched:
                 self.pair.evidence["stops_unwatched"] = sorted(self.watch.unwatched)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..checks.activity import busiest
+from ..checks.interference import add_summaries
 from ..core.findings import Finding
 from ..manifest.settings import Settings
 from ..manifest.spec import LoadedManifest
@@ -163,11 +164,13 @@ class _Replicate:
     def finish(self, case: str) -> None:
         o = self.owner
         o.findings += self._sides.pop(case).finish(trim=not self.closes_after(case))
-        if self.r > 0:  # the run's evidence is the first pair's: each side's CPU account joins it
+        if self.r > 0:  # the run's evidence is the first pair's: each side's CPU account and watch join it
             mine = self.pair.evidence.get("resources", {}).get(case, {})
             into = o.first.evidence.setdefault("resources", {}).setdefault(case, {})
             for role, rec in mine.items():
                 into[role] = busiest(into.get(role), rec)
+            add_summaries(o.first.evidence.setdefault("interference", {}).setdefault(case, {}),
+                          self.pair.evidence.get("interference", {}).get(case, {}))
         log = self._stop_window()
         if log is not None:
             logs = o.logs.setdefault(case, [])

@@ -164,6 +164,10 @@ class IdleWatch:
         self.wall_ns[side] = self.wall_ns.get(side, 0) + max(0, now_ns - t0)
         self.other_ns[side] = self.other_ns.get(side, 0) + max(0, c1 - c0)
 
+    def add_summary(self, into: Dict[str, Dict[str, float]]) -> None:
+        """Add this case's :meth:`summary` into ``into`` (the run's, over its replicates)."""
+        add_summaries(into, self.summary())
+
     def _check_priority(self, side: str) -> None:
         pid = self.pids.get(side)
         now = self.priority(pid) if pid is not None and self.expected is not None else None
@@ -211,3 +215,11 @@ class IdleWatch:
                 f"runs and the other's do not"), case))
         self.wall_ns, self.other_ns, self.reniced = {}, {}, {}
         return out
+
+
+def add_summaries(into: Dict[str, Dict[str, float]], more: Mapping[str, Mapping[str, float]]) -> None:
+    """Sum :meth:`IdleWatch.summary` figures, side by side (one replicate's into the run's)."""
+    for side, rec in more.items():
+        mine = into.setdefault(side, {"timed_ms": 0.0, "other_cpu_ms": 0.0})
+        for key in ("timed_ms", "other_cpu_ms"):
+            mine[key] = round(mine.get(key, 0.0) + float(rec.get(key, 0.0)), 3)
