@@ -9,7 +9,7 @@ import time
 import pytest
 
 from expkit.checks import interference
-from expkit.checks.interference import IDLE_CORES_LIMIT, IDLE_MIN_NS, INTERFERENCE, IdleWatch
+from expkit.checks.interference import IDLE_CORES_LIMIT, IDLE_MIN_NS, INTERFERENCE, WorkerWatch
 
 ROLES = {"b": "baseline", "c": "candidate"}
 
@@ -24,7 +24,7 @@ class Clocks:
         return self.ns.get(pid)
 
 
-def _timed(w: IdleWatch, clocks: Clocks, side: str, wall_ns: int, other_ns: int, t: int = 0) -> None:
+def _timed(w: WorkerWatch, clocks: Clocks, side: str, wall_ns: int, other_ns: int, t: int = 0) -> None:
     other = 2 if side == "b" else 1
     w.before(side, t)
     clocks.ns[other] += other_ns
@@ -33,7 +33,7 @@ def _timed(w: IdleWatch, clocks: Clocks, side: str, wall_ns: int, other_ns: int,
 
 def test_the_other_worker_computing_while_a_side_is_timed_is_named_with_its_figures():
     clocks = Clocks()
-    w = IdleWatch({"b": 1, "c": 2}, read=clocks.read, events=lambda pid: None)
+    w = WorkerWatch({"b": 1, "c": 2}, read=clocks.read, events=lambda pid: None)
     for _ in range(10):
         _timed(w, clocks, "b", 4_000_000, 2_000_000)  # the candidate at half a core beside the baseline
         _timed(w, clocks, "c", 4_000_000, 10_000)     # the baseline waits
@@ -49,14 +49,14 @@ def test_the_other_worker_computing_while_a_side_is_timed_is_named_with_its_figu
 ])
 def test_a_waiting_worker_raises_no_alarm(other_ns, wall_ns):
     clocks = Clocks()
-    w = IdleWatch({"b": 1, "c": 2}, read=clocks.read, events=lambda pid: None)
+    w = WorkerWatch({"b": 1, "c": 2}, read=clocks.read, events=lambda pid: None)
     _timed(w, clocks, "b", wall_ns, other_ns)
     assert w.findings("k", ROLES) == []
 
 
 def test_a_worker_that_is_gone_is_not_judged():
     clocks = Clocks()
-    w = IdleWatch({"b": 1, "c": 2}, read=clocks.read, events=lambda pid: None)
+    w = WorkerWatch({"b": 1, "c": 2}, read=clocks.read, events=lambda pid: None)
     w.before("b", 0)
     del clocks.ns[2]
     w.after(10_000_000)
@@ -65,7 +65,7 @@ def test_a_worker_that_is_gone_is_not_judged():
 
 def test_a_stop_is_reported_for_the_side_stopped_and_a_worker_not_ours_as_unwatched():
     events = {1: "continued", 2: "unwatched"}
-    w = IdleWatch({"b": 1, "c": 2}, read=lambda pid: 0, events=events.get)
+    w = WorkerWatch({"b": 1, "c": 2}, read=lambda pid: 0, events=events.get)
     got = w.findings("k", ROLES)
     assert len(got) == 1 and got[0].check == INTERFERENCE and "the baseline's worker was stopped" in got[0].message
     assert w.unwatched == {"c"}
@@ -115,7 +115,7 @@ def test_a_process_that_is_not_our_child_is_unwatched():
 def test_a_gpu_runs_watch_reads_no_cpu_clock_but_sees_stops():
     """A GPU worker's driver and CUPTI threads work between its requests: only stops count."""
     read = []
-    w = IdleWatch({"b": 1, "c": 2}, cpu=False, read=lambda pid: read.append(pid) or 0,
+    w = WorkerWatch({"b": 1, "c": 2}, cpu=False, read=lambda pid: read.append(pid) or 0,
                   events={2: "stopped"}.get)
     w.before("b", 0)
     w.after(50_000_000)
@@ -127,7 +127,7 @@ def test_a_gpu_runs_watch_reads_no_cpu_clock_but_sees_stops():
 def test_the_sigcont_a_worker_counts_reaches_the_verdict_where_waitid_cannot():
     """A worker from the fork server is not the parent's child: only its own count of the
     SIGCONT that ended each stop tells (the sibling_stop cheat on the H100 host)."""
-    w = IdleWatch({"b": 1, "c": 2}, read=lambda pid: 0, events=lambda pid: "unwatched")
+    w = WorkerWatch({"b": 1, "c": 2}, read=lambda pid: 0, events=lambda pid: "unwatched")
     got = w.findings("k", ROLES, {"b": 3, "c": 0})
     assert len(got) == 1 and "the baseline's worker was stopped during the case (it was continued 3 time(s))" \
         in got[0].message, got
@@ -151,7 +151,7 @@ def test_a_worker_whose_priority_is_not_the_runs_is_named():
     requests, held against the parent's own, which a worker inherits; a real-time policy
     (a privileged candidate raising its own) is named too."""
     nice = {1: (0, 0), 2: (0, 0)}
-    w = IdleWatch({"b": 1, "c": 2}, read=lambda pid: 0, events=lambda pid: None, priority=nice.get, expected=(0, 0))
+    w = WorkerWatch({"b": 1, "c": 2}, read=lambda pid: 0, events=lambda pid: None, priority=nice.get, expected=(0, 0))
     _timed(w, Clocks(), "b", 1_000_000, 0)
     assert w.findings("k", ROLES) == []
     nice[1] = (0, 19)
@@ -176,7 +176,7 @@ def test_a_real_workers_priority_is_read_from_the_parent():
     try:
         assert interference.read_priority(pid) == interference.read_priority(0)
         os.setpriority(os.PRIO_PROCESS, pid, interference.read_priority(0)[1] + 5)
-        w = IdleWatch({"b": pid, "c": os.getpid()}, events=lambda p: None)
+        w = WorkerWatch({"b": pid, "c": os.getpid()}, events=lambda p: None)
         w.before("b", 0)
         w.after(1)
         assert [f.check for f in w.findings("k", ROLES)] == [INTERFERENCE]

@@ -12,13 +12,14 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..checks.activity import busiest
-from ..checks.interference import IdleWatch
+from ..checks.interference import WorkerWatch
 from ..core.findings import Finding
 from . import cores
 from .clock import CLOCK
 from .envelope import RecheckPolicy, SessionTimer, SideFn, envelope_counts, envelope_findings
 from .side import BASELINE, CANDIDATE, LAST_CALL
 from .trial import findings_of as _findings
+
 
 class CaseSides:
     """One case's two sides for the measurement loop, and the parent's timer over them.
@@ -27,7 +28,8 @@ class CaseSides:
     the sides round by round); the parent times each request on its own clock for the
     envelope check. A candidate block the recheck policy picked comes back with one
     call's output and inputs exported, which the baseline's worker re-checks before
-    the next block starts."""
+    the next block starts. ``pair``: the run's :class:`.pair.Pair` (typed loosely: that
+    module imports this one)."""
 
     def __init__(self, pair: Any, case: str, share: Optional[cores.Cores] = None) -> None:
         self.pair, self.case, self.share = pair, case, share
@@ -38,7 +40,7 @@ class CaseSides:
         pids = {BASELINE: pair.b.pid(), CANDIDATE: pair.c.pid()}
         #: Each worker's stops, and (a CPU run) the other worker's CPU time while a side is
         #: timed (checks.interference); None where the sides share a process.
-        self.watch = (IdleWatch(pids, cpu=pair.device == "cpu") if d.enabled and pair.isolated and all(pids.values())
+        self.watch = (WorkerWatch(pids, cpu=pair.device == "cpu") if d.enabled and pair.isolated and all(pids.values())
                       else None)
         self.baseline = SideFn(BASELINE, self._warm, self._call)
         self.candidate = SideFn(CANDIDATE, self._warm, self._call)

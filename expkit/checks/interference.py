@@ -9,7 +9,7 @@ own no faster (``tests/adversarial/cpu/sibling_stop.yaml``,
 ``benchmarks/results/cpu-2026-11-26d/README.md``). The parent watches each worker from the
 outside, through the kernel, where a worker's code cannot reach:
 
-- **Work while the other side is timed** (:class:`IdleWatch`): the other worker's
+- **Work while the other side is timed** (:class:`WorkerWatch`): the other worker's
   process CPU clock, read by the parent before and after each block request of a side.
   A worker that waits for its next request spends next to nothing; one that computed
   while its sibling was timed competed with it for the machine.
@@ -117,8 +117,9 @@ def continues_taken() -> int:
 
 
 @dataclass
-class IdleWatch:
-    """Each side's block requests' wall time, and the other worker's CPU time in them.
+class WorkerWatch:
+    """What the parent sees of the two workers from outside, over a case: the other
+    worker's CPU time in each side's block requests, stops, and priorities.
 
     ``pids``: side -> the worker's pid (two sides). :meth:`before` and :meth:`after`
     bracket one side's request on the parent's clock; :meth:`findings` judges the case
@@ -208,9 +209,10 @@ class IdleWatch:
                     f"worker's timed calls include the time it stood still. Another process of this user can stop "
                     f"it; if you suspended the run yourself (Ctrl-Z), run it again"), case))
         for side, now in sorted(self.reniced.items()):
+            run = priority_text(self.expected) if self.expected is not None else "unknown"
             out.append(Finding(INTERFERENCE, False, (
                 f"the {roles.get(side, side)}'s worker had its priority changed ({priority_text(now)} where the "
-                f"run's is {priority_text(self.expected)}): another process of this user can lower a worker's "
+                f"run's is {run}): another process of this user can lower a worker's "
                 f"priority (or, with the privilege, raise one), and then one side's calls wait for whatever else "
                 f"runs and the other's do not"), case))
         self.wall_ns, self.other_ns, self.reniced = {}, {}, {}
@@ -218,7 +220,7 @@ class IdleWatch:
 
 
 def add_summaries(into: Dict[str, Dict[str, float]], more: Mapping[str, Mapping[str, float]]) -> None:
-    """Sum :meth:`IdleWatch.summary` figures, side by side (one replicate's into the run's)."""
+    """Sum :meth:`WorkerWatch.summary` figures, side by side (one replicate's into the run's)."""
     for side, rec in more.items():
         mine = into.setdefault(side, {"timed_ms": 0.0, "other_cpu_ms": 0.0})
         for key in ("timed_ms", "other_cpu_ms"):
