@@ -227,8 +227,8 @@ def test_threads_the_parents_nvml_starts_leave_it_fit_to_fork_and_others_do_not(
     """NVML's ``nvmlInit`` starts a native thread (``cuda0000340000f`` on the H100), and the
     parent opens NVML for its clock log after the first pair forked: by id, every later
     replicate's pair then came from the fork server (``tests/gpu/test_gpu_start.py`` failed
-    at 0955cf7 on the H100). No worker calls NVML, so that thread does not make a fork
-    unsafe; a thread that starts outside such a block still does."""
+    at 0955cf7 on the H100). No worker forked after it calls NVML, so that thread does not
+    make a fork unsafe; a thread that starts outside such a block still does."""
     from expkit.bench import replicates
     from expkit.timing import telemetry
 

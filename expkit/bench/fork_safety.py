@@ -114,12 +114,15 @@ try:
 except Exception:  # pandas is a dependency; a broken install only costs the fork
     pass
 
-#: The process's native threads once torch is imported (this module imports it): importing torch starts one helper thread of its own, which a fork survives.
-#: By id, not by count: in a test session the helper thread there at import had ended and
+#: The process's native threads once torch is imported (this module imports it): importing
+#: torch starts one helper thread of its own, which a fork survives. By id, not by count: in a test session the helper thread there at import had ended and
 #: another stood in its place, the count was the same, and the worker forked then hung in
 #: its first parallel op, in OpenMP's barrier (``tests/test_start_method.py``).
 _TIDS_AT_IMPORT = native_thread_ids()
 _NAMES_AT_IMPORT = native_thread_names()
+#: Native threads started inside :func:`threads_the_child_never_needs`: a fork leaves them
+#: behind, and no worker forked after them uses the library that started them.
+_TOLERATED: Set[int] = set()
 
 
 def fork_is_safe() -> bool:
@@ -128,9 +131,11 @@ def fork_is_safe() -> bool:
     lock another thread held stays held in the child, and an OpenMP pool that a torch op
     started is broken there: a worker forked from a process that had run a parallel op
     hung in its first one), CUDA's driver never initialised (CUDA in a forked child of a
-    process that initialised it fails), and fork available. The runner runs no torch op,
-    starts no thread before its workers and never initialises CUDA, so the parent of a CLI
-    run qualifies; a notebook or a test session that computed with torch does not."""
+    process that initialised it fails), and fork available. Threads that the parent's
+    own NVML calls start may stay (:func:`threads_the_child_never_needs`). The runner
+    runs no torch op, starts no other thread before its workers and never initialises
+    CUDA, so the parent of a CLI run qualifies; a notebook or a test session that
+    computed with torch does not."""
     return fork_unsafe_reason() is None
 
 
@@ -152,23 +157,19 @@ def fork_unsafe_reason() -> Optional[str]:
     return None
 
 
-
-#: Native threads started inside :func:`threads_the_child_never_needs`: a fork leaves them
-#: behind, and no worker uses the library that started them.
-_TOLERATED: Set[int] = set()
-
-
 @contextmanager
 def threads_the_child_never_needs(library: str) -> Iterator[None]:
     """Run the block, and let the native threads it starts stay in a process that forks.
 
-    For the parent's own calls into a library that no worker uses: NVML's ``nvmlInit``
-    starts a thread (``cuda0000340000f`` on the H100: ``scripts/debug_fork_safety.py``),
-    and the parent asks NVML for the GPU's clocks and its processes between replicates.
-    A fork copies only the calling thread, so what the child loses is that library's
-    thread and whatever lock it held, which matters only to a child that calls the
-    library; the workers never call NVML. Without this, every replicate after the first
-    came from the fork server. The block must start no thread of a library the workers
+    For the parent's own calls into a library that no worker forked after them uses:
+    NVML's ``nvmlInit`` starts a thread (``cuda0000340000f`` on the H100:
+    ``benchmarks/results/h100-2026-11-26/fork_safety_watch_0955cf7.txt``), and the parent
+    opens NVML for the GPU's clocks and its processes once the first pair of workers has
+    started. A fork copies only the calling thread, so what the child loses is that
+    library's thread and whatever lock it held, which matters only to a child that calls
+    the library. The only workers that call NVML are the first pair's (the end-to-end
+    workload samples the GPU's utilisation there), forked before. Without this, every
+    replicate after the first came from the fork server. The block must start no thread of a library the workers
     use (torch's pools, CUDA's driver): those are what :func:`fork_unsafe_reason` is for.
     ``library`` names it in the debug log."""
     before = native_thread_ids()
