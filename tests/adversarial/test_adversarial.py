@@ -27,7 +27,7 @@ FAST = ("measure=quick", "measure.max_seconds=0.3", "measure.min_seconds=0.1", "
 #: The checks the defences (and the older preflight checks they build on) report.
 DEFENCE_CHECKS = frozenset({
     "tamper", "global-state", "threads", "recheck", "timer", "channel", "worker", "plausibility", "uninitialised",
-    "fallback", "output", "inputs", "identity", "forbidden", "stream", "launch", "crash",
+    "fallback", "output", "inputs", "identity", "forbidden", "stream", "launch", "crash", "interference",
 })
 
 #: name -> (verdict, checks that must be among the reasons, the case they must name: "" for
@@ -288,6 +288,9 @@ GPU_BAD: Dict[str, Tuple[str, FrozenSet[str]]] = {
     # caught by the recheck, or already in the preflight where the allocator hands a trial the
     # address of an earlier one (the graph then replays on that trial's stale copies)
     "graph_stale": ("invalid", frozenset({"recheck|oracle:rounding"})),
+    # the baseline's worker stopped from outside while it is timed (checks/interference.py:
+    # on a GPU its stops and priority are watched, not its CPU time)
+    "sibling_stop": ("invalid", frozenset({"interference"})),
 }
 GPU_HONEST = ("honest_graph", "honest_joined_stream")
 
