@@ -16,18 +16,19 @@ captured to files before any of its code runs and kept as evidence beside
 ``result.json`` (the candidate's as ``worker-stdout.txt``/``worker-stderr.txt``, the
 baseline's as ``baseline-stdout.txt``/``baseline-stderr.txt``), never parsed.
 
-Start methods (``defences.start_method``): ``auto`` (default) forks the parent itself,
-in milliseconds, when that is safe (:func:`.fork_safety.fork_is_safe`: one thread, no CUDA context;
-the runner runs no torch op), else uses the fork server. ``forkserver`` forks each
-worker from a server process that imported torch (and what the profiler imports on
-first use) once: 0.1-0.2 s a worker on the 2-core CI machine once the server is up,
-where starting the server costs seconds (9.4 s on an H100 machine, cold caches:
-``scripts/debug_start.py``), once per parent process; :func:`warm_up_forkserver` starts
-it early, while the parent still loads the manifest. ``spawn`` starts a fresh
-interpreter per worker (seconds each). ``fork`` forks the parent unconditionally (a
-process with an OpenMP pool, other threads or a CUDA context must not be forked). With ``forkserver`` and ``spawn``, a script that
-calls ``run_manifest`` needs the usual ``if __name__ == "__main__":`` guard: the
-worker re-imports the script's module (without running the guarded part).
+Start methods (``defences.start_method``): ``auto`` (default) forks the parent itself, in
+milliseconds, when that is safe (:func:`.fork_safety.fork_is_safe`: no thread but torch's
+own, no CUDA context; the runner runs no torch op), else uses the fork server.
+``forkserver`` forks each worker from a server process that imported torch (and what the
+profiler imports on first use) once: 0.1-0.2 s a worker on the 2-core CI machine once the
+server is up, where starting the server costs seconds (9.4 s on an H100 machine, cold
+caches: ``scripts/debug_start.py``), once per parent process; :func:`warm_up_forkserver`
+starts it early, while the parent still loads the manifest. ``spawn`` starts a fresh
+interpreter per worker (seconds each). ``fork`` forks the parent unconditionally (a process
+with an OpenMP pool, other threads or a CUDA context must not be forked). With
+``forkserver`` and ``spawn``, a script that calls ``run_manifest`` needs the usual ``if
+__name__ == "__main__":`` guard: the worker re-imports the script's module (without running
+the guarded part).
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ import time
 import weakref
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
-
 
 from ..checks.children import descendants
 from ..core.errors import ExpkitError, ManifestError
