@@ -4,8 +4,8 @@ The two workers are processes of one user, and such a process may act on another
 it (``SIGSTOP``, then ``SIGCONT``) for part of every millisecond, compute beside it on
 the cores it is timed on, or lower its priority. None of it shows in any check inside the
 worker that is slowed: its calls just take longer, and a candidate whose baseline was
-stopped for half of each millisecond came out `supported` at 2.3-2.5x with calls of its
-own no faster (``tests/adversarial/cpu/sibling_stop.yaml``,
+stopped for half of each millisecond came out `supported` (its intervals 2.1-2.8x in three
+runs) with calls of its own no faster (``tests/adversarial/cpu/sibling_stop.yaml``,
 ``benchmarks/results/cpu-2026-11-26d/README.md``). The parent watches each worker from the
 outside, through the kernel, where a worker's code cannot reach:
 
