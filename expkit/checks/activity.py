@@ -36,6 +36,11 @@ from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Prot
 from ..core.findings import INVALID, WARNING, Finding
 from .children import child_pids, read_proc
 
+try:  # children_cpu_ns, twice a timed block: imported once here
+    import resource
+except ImportError:  # not a Unix
+    resource = None  # type: ignore[assignment]
+
 THREADS = "threads"
 RESOURCES = "resources"
 GPU_PROCESSES = "gpu-processes"
@@ -129,9 +134,7 @@ def _thread_clock(tid: int) -> int:
 def children_cpu_ns() -> int:
     """CPU time of this process's children that were waited for (``RUSAGE_CHILDREN``,
     microseconds; ``os.times`` has only clock ticks); 0 where there is no ``resource``."""
-    try:
-        import resource
-    except ImportError:  # not a Unix
+    if resource is None:
         return 0
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return int((r.ru_utime + r.ru_stime) * 1e9)
