@@ -139,3 +139,19 @@ def test_the_defences_block_is_shown_as_recorded():
     assert ctx["defences"] == "on; isolated: True; start_method: forkserver"
     text = report.template_env().get_template("report.md.j2").render(**ctx)
     assert "Harness defences: on; isolated: True; start_method: forkserver." in text
+
+
+@pytest.mark.parametrize("confinement, words", [
+    ({"landlock_abi": 7, "trace": True, "signals": True},
+     "candidate's worker confined: could not trace, read the memory of or signal another process (Landlock ABI 7)"),
+    ({"landlock_abi": 5, "trace": True, "signals": False, "why": "no signals before ABI 6"},
+     "candidate's worker confined: could not trace or read the memory of another process (Landlock ABI 5, "
+     "no signals before ABI 6)"),
+    ({"landlock_abi": 0, "trace": False, "signals": False, "why": "the kernel has no Landlock"},
+     "candidate's worker not confined (the kernel has no Landlock)"),
+    (None, "candidate's worker not confined"),
+])
+def test_the_defences_line_says_what_the_candidates_worker_could_not_reach(confinement, words):
+    result = store.load_result(DATA / "priced-gemv" / store.RESULT)
+    result["defences"] = {"enabled": True, "isolated": True, "confinement": confinement}
+    assert _ctx(result)["defences"] == f"on; isolated: True; {words}"

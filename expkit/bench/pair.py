@@ -117,7 +117,8 @@ class Pair:
         self._sources = {**hb["sources"], **hc["sources"]}
         self.gpu = hb.get("gpu")
         self.evidence.update(baseline_pid=hb.get("pid"), worker_pid=hc.get("pid"), allocator=hc.get("allocator"),
-                             startup={BASELINE: hb.get("startup"), CANDIDATE: hc.get("startup")})
+                             startup={BASELINE: hb.get("startup"), CANDIDATE: hc.get("startup")},
+                             confinement=hc.get("confinement"))
 
     # -- plumbing -----------------------------------------------------------------------------
     def tell(self, e: ChannelError, when: str) -> List[Finding]:

@@ -29,8 +29,10 @@ class UnknownRequest(Exception):
 class Server:
     """One side's answers to the parent (see the module docstring)."""
 
-    def __init__(self, side: SideBench) -> None:
+    def __init__(self, side: SideBench, confinement: Optional[Dict[str, Any]] = None) -> None:
         self.side = side
+        #: What the worker's confinement holds (:func:`.confine.confine`); None where it has none.
+        self.confinement = confinement
         #: What each request cost this side (:mod:`.ledger`), sent with the worker's goodbye.
         self.ledger = Ledger(side.device)
         self.judge: Optional[Judge] = Judge(side) if side.role == BASELINE else None
@@ -103,7 +105,7 @@ class Server:
 
         reply = {"findings": [asdict(f) for f in self.side.session_findings], "sources": self.side.sources(),
                  "pid": os.getpid(), "gpu": None, "catalog": [], "allocator": allocator.STATE,
-                 "startup": dict(getattr(self.side, "startup", {}))}
+                 "startup": dict(getattr(self.side, "startup", {})), "confinement": self.confinement}
         if m.get("environment"):
             reply["gpu"] = gpu_info(self.side.device)
             if self.side.device == "cuda" and reply["gpu"].get("name"):

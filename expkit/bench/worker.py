@@ -20,6 +20,7 @@ from ..core.errors import ExpkitError, ManifestError
 from .allocator import steady as steady_allocator
 from .blas import worker_scipy_threads
 from .channel import HEADER, KEY_LEN, MAGIC, Channel, ChannelError, read_exact
+from .confine import confine
 from .memory import PROC_FILES
 
 
@@ -123,6 +124,9 @@ def worker_main(req: Any, rep: Any, manifest_path: str, settings: Any, device: s
     if magic != MAGIC or n != KEY_LEN:
         os._exit(70)
     ch = Channel(rfd, wfd, read_exact(rfd, n, None, None))
+    # Before the candidate's code is imported: from then on it cannot trace, read the memory
+    # of or signal the baseline's worker, the parent or the fork server (.confine).
+    confinement = confine() if role == "candidate" and settings.defences.confine else None
     from ..manifest.spec import load
     from .serve import Server
     from .side import SideBench
@@ -130,7 +134,7 @@ def worker_main(req: Any, rep: Any, manifest_path: str, settings: Any, device: s
     server: Any = None
     startup: Optional[BaseException] = None
     try:
-        server = Server(SideBench(load(manifest_path), settings, device, role))
+        server = Server(SideBench(load(manifest_path), settings, device, role), confinement=confinement)
     except BaseException as e:  # reported on the first request, then the worker ends
         startup = e
     while True:

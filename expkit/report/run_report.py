@@ -164,7 +164,20 @@ def _defences(result: Mapping[str, Any]) -> Optional[str]:
         return None
     bits = ["on" if d.get("enabled") else "off"]
     bits += [f"{k}: {v}" for k, v in d.items() if k != "enabled" and isinstance(v, (str, int, float, bool))]
+    if "confinement" in d:
+        bits.append(_confinement(d["confinement"]))
     return cell("; ".join(bits))
+
+
+def _confinement(c: Optional[Mapping[str, Any]]) -> str:
+    """What the candidate's worker could not reach (``bench/confine.py``), in words."""
+    if not c:
+        return "candidate's worker not confined"
+    if not c.get("trace"):
+        return f"candidate's worker not confined ({c.get('why', 'no reason given')})"
+    what = "trace, read the memory of or signal" if c.get("signals") else "trace or read the memory of"
+    why = f", {c['why']}" if c.get("why") else ""
+    return f"candidate's worker confined: could not {what} another process (Landlock ABI {c.get('landlock_abi')}{why})"
 
 
 def _end_to_end(result: Mapping[str, Any]) -> Optional[Dict[str, Any]]:

@@ -68,7 +68,8 @@ BAD: Dict[str, Tuple[str, FrozenSet[str], str]] = {
     # of the side's cores before the import check (the whole run: case '')
     "import_pool_cores": ("invalid", frozenset({"threads"}), ""),
     # threads started at import that act on the baseline's worker from outside it while it
-    # is timed: stopping it, or computing beside it (checks/interference.py, from the parent)
+    # is timed: stopping it, or computing beside it (checks/interference.py, from the parent;
+    # the stop runs unconfined, see NEEDS: confined, its signals are refused)
     "sibling_stop": ("invalid", frozenset({"interference"}), "c"),
     "idle_spin_cores": ("invalid", frozenset({"interference"}), "c"),
     "sibling_nice": ("invalid", frozenset({"interference"}), "c"),
@@ -86,10 +87,19 @@ GENERAL = ("inner_reach", "copy_reach", "tf32_einsum", "fp16_softmax", "mode_sta
            "disguised_child", "import_pool_cores", "sibling_stop", "idle_spin_cores",
            "sibling_nice")
 
-#: Cheats whose first calls are slow and honest (they compute everything they can find):
-#: the 0.3 s budget can end after two rounds in which no call was stale, so they get
-#: enough rounds for a stale call to be timed at all.
-LONGER = {"batch_then_skip": ("measure.max_seconds=2.0",)}
+#: Settings a cheat's run needs beyond FAST. ``batch_then_skip``'s first calls are slow and
+#: honest (it computes everything it can find): the 0.3 s budget can end after two rounds in
+#: which no call was stale, so it gets enough rounds for a stale call to be timed at all.
+#: ``sibling_stop`` tests the parent's watch, the layer behind the confinement: confined
+#: (the default, on Linux 6.12+) its signals never reach the baseline (see
+#: test_cheats_that_stop_the_baselines_worker_are_refused_by_the_confinement).
+UNCONFINED = ("defences.confine=false",)
+NEEDS = {"batch_then_skip": ("measure.max_seconds=2.0",), "sibling_stop": UNCONFINED}
+
+#: Cheats that the candidate's confinement (bench/confine.py) refuses outright: tracing the
+#: baseline's worker leaves nothing the parent's watch reads (a stop under a tracer is
+#: reported to the tracer; no SIGCONT ends it).
+PREVENTED = ("sibling_trace",)
 
 HONEST = ("honest_gemv", "honest_threaded", "honest_chatty", "honest_out_buffer", "honest_scoped", "honest_softmax",
           # issue #13: sums in other orders, shares ops with the baseline's insides, a pool and a
@@ -101,7 +111,7 @@ OTHER = ("baseline_patch",)
 
 
 def run(name: str, out: Path, *extra: str):
-    return run_manifest(HERE / f"{name}.yaml", FAST + extra, out_dir=out)
+    return run_manifest(HERE / f"{name}.yaml", FAST + NEEDS.get(name, ()) + extra, out_dir=out)
 
 
 def reason_checks(result) -> Dict[str, set]:
@@ -114,13 +124,14 @@ def reason_checks(result) -> Dict[str, set]:
 
 
 def test_every_manifest_here_is_in_the_suite():
-    assert {p.stem for p in HERE.glob("*.yaml")} == set(BAD) | set(HONEST) | set(AWAITING_CALL_SITE) | set(OTHER)
+    assert {p.stem for p in HERE.glob("*.yaml")} == (set(BAD) | set(HONEST) | set(AWAITING_CALL_SITE) | set(OTHER)
+                                                     | set(PREVENTED))
 
 
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_bad_candidate_is_caught_with_the_right_reason(name, tmp_path):
     verdict, checks, case = BAD[name]
-    out = run(name, tmp_path, *LONGER.get(name, ()))
+    out = run(name, tmp_path)
     got = reason_checks(out.result)
     assert out.verdict == verdict, (name, out.result["reasons"])
     for wanted in checks:
@@ -144,6 +155,38 @@ def test_cheats_that_act_from_outside_a_worker_are_caught_when_the_workers_come_
     out = run(name, tmp_path, "defences.start_method=forkserver")
     assert out.result["defences"]["start_method"] == "forkserver", out.result["defences"]["start_method"]
     assert out.verdict == verdict and set(checks) <= set(reason_checks(out.result)), out.result["reasons"]
+
+
+def _told(run_dir: Path) -> str:
+    """What an ``adv_siblings`` cheat told on its worker's stderr (kept in the run folder)."""
+    err = run_dir / "worker-stderr.txt"
+    return "\n".join(ln for ln in (err.read_text().splitlines() if err.exists() else ())
+                     if ln.startswith("adv_siblings: "))
+
+
+@pytest.mark.parametrize("name,abi", [("sibling_trace", 1), ("sibling_stop", 6)])
+def test_cheats_that_stop_the_baselines_worker_are_refused_by_the_confinement(name, abi, tmp_path):
+    """Confined, the candidate's worker can neither trace the baseline's (Landlock ABI 1) nor
+    signal it (ABI 6): the cheat is refused and earns what its honest addmm earns, never its
+    1.5x claim. Unconfined the same cheat reaches the baseline's worker: `sibling_trace`
+    came out `supported` at 2.52x that way, where the watch sees nothing
+    (benchmarks/results/cpu-2026-11-26e/README.md)."""
+    from expkit.bench.confine import landlock_abi
+
+    if landlock_abi() < abi:
+        pytest.skip(f"this kernel's Landlock ABI is {landlock_abi()}; the confinement needs {abi} for this")
+    out = run_manifest(HERE / f"{name}.yaml", FAST, out_dir=tmp_path / "on")
+    confinement = out.result["defences"]["confinement"]
+    assert confinement["trace"] and confinement["landlock_abi"] >= abi, confinement
+    told = _told(tmp_path / "on")
+    assert "refused" in told and "stopped" not in told, told
+    assert out.verdict != "supported", out.result["reasons"]
+    # The cheat has teeth: unconfined, it stops the baseline's worker.
+    off = run_manifest(HERE / f"{name}.yaml", FAST + UNCONFINED, out_dir=tmp_path / "off")
+    assert off.result["defences"]["confinement"] is None
+    told = _told(tmp_path / "off")
+    if "stopped" not in told:
+        pytest.skip(f"this machine refuses the cheat even unconfined: {told}")
 
 
 @pytest.mark.parametrize("name", sorted(AWAITING_CALL_SITE))
@@ -293,6 +336,8 @@ GPU_BAD: Dict[str, Tuple[str, FrozenSet[str]]] = {
     "sibling_stop": ("invalid", frozenset({"interference"})),
 }
 GPU_HONEST = ("honest_graph", "honest_joined_stream")
+#: As NEEDS: the stop tests the watch, unconfined.
+GPU_NEEDS = {"sibling_stop": UNCONFINED}
 
 
 def run_gpu(path: Path, out: Path, *extra: str):
@@ -304,7 +349,7 @@ def run_gpu(path: Path, out: Path, *extra: str):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_bad_candidate_is_caught(name, tmp_path):
     verdict, checks = GPU_BAD[name]
-    out = run_gpu(GPU / f"{name}.yaml", tmp_path)
+    out = run_gpu(GPU / f"{name}.yaml", tmp_path, *GPU_NEEDS.get(name, ()))
     got = reason_checks(out.result)
     assert out.verdict == verdict, out.result["reasons"]
     for wanted in checks:
