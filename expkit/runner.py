@@ -102,7 +102,7 @@ def run_manifest(
     if settings.defences.enabled and settings.defences.isolate:  # workers to start: get them ready
         warm_up_forkserver(settings.defences.start_method, device)
     stages.mark("load")
-    pair = open_pair(lm, settings, device)
+    pair = open_pair(lm, settings, device, baseline_first=True)
     stages.mark("start")
     try:
         return _run(lm, settings, pair, out_dir, progress, t_start, started, stages, plots)

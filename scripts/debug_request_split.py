@@ -148,8 +148,8 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
 
     _handle, _init = _sv.Server.handle, _sv.Server.__init__
 
-    def _s_init(self, side):
-        _init(self, side)
+    def _s_init(self, side, **kw):
+        _init(self, side, **kw)
         _rows().append(["role", side.role])
 
     def _s_handle(self, msg):

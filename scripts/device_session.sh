@@ -53,6 +53,9 @@
 #   floor      benchmarks/channel_floor.py: a bare pipe's and expkit's channel's round trip (floor.txt)
 #   fidelity   benchmarks/timing_fidelity.py --quick
 #   fidelity-full  benchmarks/timing_fidelity.py
+#   advcpu     the CPU adversarial suite and the tests of the defences between processes (confinement,
+#              code digest, interference) on this host (adv_cpu.log)
+#   probe:LIST  the manifests benchmarks/probes/LIST.yaml (comma-separated DIR/NAME), REPEATS CLI runs each
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -260,6 +263,20 @@ PY
       step_limit 240 python3 benchmarks/timing_fidelity.py --quick --out "$B/fidelity-quick" 2>&1 | tail -40 ;;
     fidelity-full)
       step_limit 540 python3 benchmarks/timing_fidelity.py --out "$B/fidelity" 2>&1 | tail -60 ;;
+    advcpu)  # the CPU adversarial suite and the tests of the defences that act between processes, on this host
+      step_limit ${TESTS_LIMIT:-300} python3 -m pytest -m "not gpu" tests/adversarial tests/test_confine.py \
+        tests/test_code_digest.py tests/test_interference.py -q -p no:cacheprovider --no-header -rfs --durations=8 2>&1 \
+        | tee "$B/adv_cpu.log" | tail -15 ;;
+    probe:*)  # the probes of a limit under benchmarks/probes/ (probe:DIR/NAME,...), REPEATS (2) CLI runs each
+      for m in $(echo "${step#probe:}" | tr , ' '); do
+        n=$(basename "$m")
+        for i in $(seq 1 "${REPEATS:-2}"); do
+          step_limit 150 python3 -m expkit run "benchmarks/probes/$m.yaml" measure=quick --out "$B/probe/$n-$i" --quiet \
+            > "$B/probe-$n-$i.log" 2>&1
+          python3 -c "import json,sys; r=json.load(open(sys.argv[1])); c=r['measured']['cases']; print(sys.argv[2], r['verdict'], {k: (round(v['speedup'], 3), round(v['ci_low'], 3), round(v['ci_high'], 3)) for k, v in c.items() if v.get('speedup')}, r['reasons'][:2])" \
+            "$B/probe/$n-$i/result.json" "$n-$i" 2>&1 | tee -a "$B/probe.txt"
+        done
+      done ;;
     *) echo "unknown step $step" ;;
   esac
 done

@@ -63,16 +63,24 @@ class Pair:
 
     def __init__(self, lm: Any, settings: Settings, device: str, *,
                  sides: Optional[Mapping[str, Tuple[Callable[..., Any], Callable[..., Any]]]] = None,
-                 greet: bool = True) -> None:
+                 greet: bool = True, baseline_first: bool = False) -> None:
         self.lm, self.settings, self.device = lm, settings, device
         d = settings.defences
         self.isolated = d.enabled and d.isolate and sides is None
         self.evidence: Dict[str, Any] = {"isolated": self.isolated, "separate_sides": self.isolated}
         self._told: set = set()
+        #: The baseline's hello, read before the candidate's worker started (``baseline_first``).
+        self._hb: Any = None
         if self.isolated:
             # Both workers start before either is waited for: their imports and CUDA
-            # start-up overlap.
+            # start-up overlap. ``baseline_first`` (the run's first pair): the candidate's
+            # worker starts once the baseline's has imported its code, so that what the
+            # preflight checks, and every later replicate is compared with
+            # (``replicates.code_moved``), is the code as it was before any of the
+            # candidate's ran: it can write the baseline's files.
             self.b: Any = WorkerEndpoint(lm, settings, device, BASELINE)
+            if baseline_first:
+                self._hb = self._early_hello()
             self.c: Any = WorkerEndpoint(lm, settings, device, CANDIDATE)
         else:
             fns = sides or {}
@@ -86,10 +94,13 @@ class Pair:
         self.memory: Optional[MemoryPlan] = None
         #: The run's other pairs' workers (the first, where it stays open beside each replicate's).
         self.siblings: List[int] = []
+        #: Each side's imported code, by module (``checks.code_digest``), from its hello; None until then.
+        self.code: Dict[str, Optional[Dict[str, str]]] = {BASELINE: None, CANDIDATE: None}
         self.closed = False
         self._greeted = False
         try:
-            self.b.send("hello", environment=True)
+            if self._hb is None:
+                self.b.send("hello", environment=True)
             self.c.send("hello", environment=False)
         except ChannelError as e:
             self.session_findings += self.tell(e, "while the workers loaded the code")
@@ -105,7 +116,10 @@ class Pair:
             return
         self._greeted = True
         try:
-            hb, hc = self.b.receive(), self.c.receive()
+            if isinstance(self._hb, Exception):
+                raise self._hb
+            hb = self._hb if self._hb is not None else self.b.receive()
+            hc = self.c.receive()
         except ChannelError as e:
             self.session_findings += self.tell(e, "while the workers loaded the code")
             return
@@ -116,9 +130,20 @@ class Pair:
         self.catalog = [finding_from(f) for f in hb.get("catalog", ())]
         self._sources = {**hb["sources"], **hc["sources"]}
         self.gpu = hb.get("gpu")
+        if self.isolated:  # in one process a later replicate finds the modules imported already
+            self.code = {BASELINE: hb.get("code"), CANDIDATE: hc.get("code")}
         self.evidence.update(baseline_pid=hb.get("pid"), worker_pid=hc.get("pid"), allocator=hc.get("allocator"),
                              startup={BASELINE: hb.get("startup"), CANDIDATE: hc.get("startup")},
                              confinement=hc.get("confinement"))
+
+    def _early_hello(self) -> Any:
+        """The baseline's hello, or what it raised (:meth:`greet` raises it where it would
+        have been read)."""
+        try:
+            self.b.send("hello", environment=True)
+            return self.b.receive()
+        except (ChannelError, ExpkitError) as e:
+            return e
 
     # -- plumbing -----------------------------------------------------------------------------
     def tell(self, e: ChannelError, when: str) -> List[Finding]:
@@ -371,9 +396,10 @@ def _timer_info(d: Optional[Mapping[str, Any]]) -> Any:
     return TimerInfo.coerce(d)
 
 
-def open_pair(lm: Any, settings: Settings, device: str, *, greet: bool = True) -> Pair:
+def open_pair(lm: Any, settings: Settings, device: str, *, greet: bool = True, baseline_first: bool = False) -> Pair:
     """The two sides of this run: worker processes when the defences isolate, else in-process;
-    ``greet=False``: started, their hello not yet read (:meth:`Pair.greet`)."""
+    ``greet=False``: started, their hello not yet read (:meth:`Pair.greet`); ``baseline_first``:
+    the candidate's worker starts once the baseline's has imported its code (the first pair)."""
     from .fresh import FRESH_MODES
 
     d = settings.defences
@@ -381,4 +407,4 @@ def open_pair(lm: Any, settings: Settings, device: str, *, greet: bool = True) -
         from ..core.errors import ConfigError
 
         raise ConfigError(f"defences.fresh: expected one of {', '.join(FRESH_MODES)}, got {d.fresh!r}")
-    return Pair(lm, settings, device, greet=greet)
+    return Pair(lm, settings, device, greet=greet, baseline_first=baseline_first)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..checks.activity import busiest
+from ..checks.code_digest import changed_code
 from ..checks.interference import add_summaries
 from ..core.findings import Finding
 from ..manifest.settings import Settings
@@ -19,6 +20,8 @@ from ..timing import measure
 from .fork_safety import fork_unsafe_reason, threads_the_child_never_needs
 from .memory import GiB, HEADROOM
 from .pair import Pair, open_pair
+from .side import ROLES
+from .tamper import TAMPER
 
 #: Device memory a pair's two workers need to start: until they open (``prepare``), each holds
 #: its CUDA context alone. NVML counted 1108-1172 MiB a process on an H100 once a small
@@ -40,6 +43,21 @@ def _telemetry(device: str, gpu: Optional[Dict[str, Any]]) -> Any:
     gpu = gpu or {}
     with threads_the_child_never_needs("NVML"):
         return telemetry.for_gpu(int(gpu.get("index") or 0), gpu.get("uuid"))
+
+
+def code_moved(first: Pair, pair: Pair, r: int) -> List[Finding]:
+    """A side whose replicate ``r`` imported other code than the first pair's, which the
+    preflight checked (``checks.code_digest``): a file it loads was changed during the run.
+    Nothing where either side's hello gave no digest (a worker that did not start)."""
+    out = []
+    for role in ROLES:
+        was, now = first.code.get(role), pair.code.get(role)
+        moved = changed_code(was, now) if was is not None and now is not None else ()
+        if moved:
+            out.append(Finding(TAMPER, False, f"the {role}'s code differs between the run's processes: replicate "
+                               f"{r} imported other code than the first from {', '.join(moved[:4])} (a file it "
+                               "loads, its source or the bytecode beside it, was changed during the run)", None))
+    return out
 
 
 class Replicates:
@@ -68,7 +86,7 @@ class Replicates:
             f"{method} ({why})" if why and method != "fork" else method)
         pair.siblings = [] if self.first_goes_early else [p for p in (self.first.b.pid(), self.first.c.pid()) if p]
         pair.adopt_memory(self.memory)
-        self.findings += pair.findings()
+        self.findings += pair.findings() + code_moved(self.first, pair, r)
         return _Replicate(self, pair, r)
 
     def _take_spare(self, r: int) -> Optional[Tuple[Optional[str], Pair]]:

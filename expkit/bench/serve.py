@@ -101,9 +101,10 @@ class Server:
                            for i, (n, r) in enumerate(items)]}
 
     def _hello(self, m: Mapping[str, Any]) -> Dict[str, Any]:
-        from .environment import gpu_info
+        from .environment import gpu_info, source_hashes
 
-        reply = {"findings": [asdict(f) for f in self.side.session_findings], "sources": self.side.sources(),
+        reply = {"findings": [asdict(f) for f in self.side.session_findings],
+                 "sources": source_hashes([self.side.fn, self.side.factory]), "code": self.side.code,
                  "pid": os.getpid(), "gpu": None, "catalog": [], "allocator": allocator.STATE,
                  "startup": dict(getattr(self.side, "startup", {})), "confinement": self.confinement}
         if m.get("environment"):

@@ -33,12 +33,14 @@ import contextlib
 import importlib
 import os
 import random
+import sys
 import threading
 from dataclasses import asdict
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ..checks import oracles, preflight
 from ..checks.activity import THREADS, ResourceAccount, activity, new_activity, set_cpu_threads, settle
+from ..checks.code_digest import imported_code
 from ..checks.global_state import GLOBAL_STATE, snapshot_state, state_changes
 from ..core.findings import WARNING, Finding
 from ..manifest.settings import Settings
@@ -118,11 +120,14 @@ class SideBench:
         self._told: set = set()
         self.activity0 = activity()
         lap("snapshots")
+        before = set(sys.modules)
         if fn is None:
             self.fn, self.factory, self.custom = resolve_side(lm, role)
         else:  # given (tests, the in-process pair): nothing of this side's to import
             self.fn, self.custom = fn, {}
             self.factory = factory if factory is not None else _no_factory
+        #: What the import ran, by module, for the parent to compare across processes (.code_digest).
+        self.code = imported_code(before) if self.defended else {}
         lap("code under test")
         self.session_findings: List[Finding] = ((self.tamper_findings(f"once the {role}'s code was imported", None)
                                                  + started_at_import(role, self.activity0)) if self.defended else [])
@@ -155,11 +160,6 @@ class SideBench:
             out.append(Finding(GLOBAL_STATE, False, f"settings that change numerics or speed were changed {when}: "
                                + "; ".join(changes[:6]), case))
         return out
-
-    def sources(self) -> Dict[str, str]:
-        from .environment import source_hashes
-
-        return source_hashes([self.fn, self.factory])
 
     def inputs(self, params: Mapping[str, Any], seed: int, threads: Optional[int] = None) -> Tuple[Any, ...]:
         return preflight.build_inputs(self.factory, params, seed, self.device, self.lm, threads)

@@ -101,6 +101,9 @@ NEEDS = {"batch_then_skip": ("measure.max_seconds=2.0",), "sibling_stop": UNCONF
 #: reported to the tracer; no SIGCONT ends it).
 PREVENTED = ("sibling_trace",)
 
+#: Cheats that write files, run from a copy of their manifest and modules (name -> files).
+COPIED = {"baseline_rewrite": ("adv_rewrite_base.py", "adv_baseline_rewrite.py")}
+
 HONEST = ("honest_gemv", "honest_threaded", "honest_chatty", "honest_out_buffer", "honest_scoped", "honest_softmax",
           # issue #13: sums in other orders, shares ops with the baseline's insides, a pool and a
           # workspace of its own, compiled code; default oracle unless the manifest says otherwise
@@ -125,7 +128,7 @@ def reason_checks(result) -> Dict[str, set]:
 
 def test_every_manifest_here_is_in_the_suite():
     assert {p.stem for p in HERE.glob("*.yaml")} == (set(BAD) | set(HONEST) | set(AWAITING_CALL_SITE) | set(OTHER)
-                                                     | set(PREVENTED))
+                                                     | set(PREVENTED) | set(COPIED))
 
 
 @pytest.mark.parametrize("name", sorted(BAD))
@@ -187,6 +190,23 @@ def test_cheats_that_stop_the_baselines_worker_are_refused_by_the_confinement(na
     told = _told(tmp_path / "off")
     if "stopped" not in told:
         pytest.skip(f"this machine refuses the cheat even unconfined: {told}")
+
+
+def test_a_candidate_that_rewrites_the_baselines_module_is_caught(tmp_path):
+    """Each replicate's fresh baseline worker imports its module anew: rewritten by the
+    candidate's import, every later replicate's baseline was three times slower and the
+    honest 1.0x candidate `supported` (benchmarks/results/cpu-2026-11-26e/README.md). The
+    first pair's baseline imports before any candidate code runs; each later one's code is
+    compared with it (checks/code_digest.py)."""
+    import shutil
+
+    for f in ("baseline_rewrite.yaml",) + COPIED["baseline_rewrite"]:
+        shutil.copy(HERE / f, tmp_path / f)
+    out = run_manifest(tmp_path / "baseline_rewrite.yaml", FAST, out_dir=tmp_path / "out")
+    assert "adv_baseline_rewrite" in (tmp_path / "adv_rewrite_base.py").read_text()  # the cheat did rewrite it
+    got = reason_checks(out.result)
+    assert out.verdict == "invalid" and "" in got.get("tamper", set()), out.result["reasons"]
+    assert any("adv_rewrite_base" in r and "differs between" in r for r in out.result["reasons"]), out.result["reasons"]
 
 
 @pytest.mark.parametrize("name", sorted(AWAITING_CALL_SITE))
