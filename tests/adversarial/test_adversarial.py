@@ -167,9 +167,9 @@ def _told(run_dir: Path) -> str:
                      if ln.startswith("adv_siblings: "))
 
 
-@pytest.mark.parametrize("name,abi", [("sibling_trace", 1), ("sibling_stop", 6)])
+@pytest.mark.parametrize("name,abi", [("sibling_trace", 2), ("sibling_stop", 6)])
 def test_cheats_that_stop_the_baselines_worker_are_refused_by_the_confinement(name, abi, tmp_path):
-    """Confined, the candidate's worker can neither trace the baseline's (Landlock ABI 1) nor
+    """Confined, the candidate's worker can neither trace the baseline's (Landlock ABI 2) nor
     signal it (ABI 6): the cheat is refused and earns what its honest addmm earns, never its
     1.5x claim. Unconfined the same cheat reaches the baseline's worker: `sibling_trace`
     came out `supported` at 2.52x that way, where the watch sees nothing
