@@ -49,6 +49,7 @@ _RULE_PATH_BENEATH = 1
 _SCOPE_SIGNAL = 1 << 1
 _PR_SET_NO_NEW_PRIVS = 38
 
+
 def _libc() -> Optional[Any]:
     """libc through ctypes, on Linux; tests pass a fake with ``syscall`` and ``prctl``."""
     if not sys.platform.startswith("linux"):
@@ -118,4 +119,3 @@ def _failed(abi: int, call: str) -> Dict[str, Any]:
     err = ctypes.get_errno()
     return {"landlock_abi": abi, "trace": False, "signals": False,
             "why": f"{call} failed: {os.strerror(err) if err else 'unknown error'}"}
-
