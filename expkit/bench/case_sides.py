@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..checks.activity import busiest
-from ..checks.interference import WorkerWatch
+from ..checks.interference import WorkerWatch, pool_cores
 from ..core.findings import Finding
 from . import cores
 from .clock import CLOCK
@@ -40,8 +40,8 @@ class CaseSides:
         pids = {BASELINE: pair.b.pid(), CANDIDATE: pair.c.pid()}
         #: Each worker's stops, and (a CPU run) the other worker's CPU time while a side is
         #: timed (checks.interference); None where the sides share a process.
-        self.watch = (WorkerWatch(pids, cpu=pair.device == "cpu") if d.enabled and pair.isolated and all(pids.values())
-                      else None)
+        self.watch = (WorkerWatch(pids, cpu=pair.device == "cpu", pool_cores=pool_cores(pair.settings.measure.cpu_threads))
+                      if d.enabled and pair.isolated and all(pids.values()) else None)
         self.baseline = SideFn(BASELINE, self._warm, self._call)
         self.candidate = SideFn(CANDIDATE, self._warm, self._call)
 

@@ -14,7 +14,8 @@ from dataclasses import asdict
 from typing import Any, Callable, Dict, Mapping, Optional
 
 from . import allocator
-from ..checks.interference import continues_taken
+from ..checks.interference import INTERFERENCE, continues_taken
+from ..core.findings import Finding
 from .block_checks import opening
 from .cores import Relay
 from .judge import Judge
@@ -29,10 +30,12 @@ class UnknownRequest(Exception):
 class Server:
     """One side's answers to the parent (see the module docstring)."""
 
-    def __init__(self, side: SideBench, confinement: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(self, side: SideBench, confinement: Optional[Dict[str, Any]] = None, guard: Any = None) -> None:
         self.side = side
         #: What the worker's confinement holds (:func:`.confine.confine`); None where it has none.
         self.confinement = confinement
+        #: The baseline's threads kept on its cores (:class:`.affinity_guard.AffinityGuard`), a CPU run's.
+        self.guard = guard
         #: What each request cost this side (:mod:`.ledger`), sent with the worker's goodbye.
         self.ledger = Ledger(side.device)
         self.judge: Optional[Judge] = Judge(side) if side.role == BASELINE else None
@@ -88,17 +91,35 @@ class Server:
         reply = self.side.prepare(m["case"], int(m["run_seed"]), int(m["salt_seed"]), int(m["input_sets"]),
                                   bool(m.get("keep_pristine", True)), int(m.get("share", 1)))
         self.relay.share(m.get("cores"))
+        if self.guard is not None:
+            self.guard.told = False
         return reply
 
     def _block(self, m: Mapping[str, Any]) -> Dict[str, Any]:
         """One timed block, or with ``items`` ([number, recheck] each) several of this side's
         in a row: one round trip, and the checks after the calls once, after the last."""
         items = m.get("items")
+        if self.guard is not None:
+            self.guard.restore()
         if items is None:
-            return self.side.block(int(m["number"]), m.get("recheck"))
+            return self._guarded(self.side.block(int(m["number"]), m.get("recheck")))
         opened, last = opening(self.side.defended), len(items) - 1
-        return {"blocks": [self.side.block(int(n), r, opened=opened, last=i == last)
-                           for i, (n, r) in enumerate(items)]}
+        blocks = [self.side.block(int(n), r, opened=opened, last=i == last) for i, (n, r) in enumerate(items)]
+        self._guarded(blocks[-1])
+        return {"blocks": blocks}
+
+    def _guarded(self, block: Dict[str, Any]) -> Dict[str, Any]:
+        """``block``, with the finding of a thread whose cores were narrowed while it ran (once a case)."""
+        moved = self.guard.narrowed() if self.guard is not None and not self.guard.told else []
+        if moved:
+            self.guard.told = True
+            tid, now = moved[0]
+            block["findings"].append(asdict(Finding(INTERFERENCE, False, (
+                f"the baseline's worker had {len(moved)} thread(s) moved to fewer cores while it was timed (thread "
+                f"{tid} on cores {sorted(now)} of {sorted(self.guard.cores)}): another process of this user can "
+                "change a worker's affinity, and its threads then share cores it was not timed on"),
+                self.side.case.name if self.side.case is not None else None)))
+        return block
 
     def _hello(self, m: Mapping[str, Any]) -> Dict[str, Any]:
         from .environment import gpu_info, source_hashes

@@ -21,6 +21,7 @@ from .allocator import steady as steady_allocator
 from .blas import worker_scipy_threads
 from .channel import HEADER, KEY_LEN, MAGIC, Channel, ChannelError, read_exact
 from .confine import confine
+from .cores import current as current_cores
 from .memory import PROC_FILES
 
 
@@ -109,6 +110,7 @@ def worker_main(req: Any, rep: Any, manifest_path: str, settings: Any, device: s
     closes them first, so that it sees the parent go and cannot write the parent's side."""
     for conn in parent_ends:
         conn.close()
+    start_cores = current_cores()  # before any code under test, for the baseline's AffinityGuard
     _become_subreaper()
     count_continues()  # each stop of this worker, whoever sent it (checks.interference)
     steady_allocator()
@@ -128,13 +130,15 @@ def worker_main(req: Any, rep: Any, manifest_path: str, settings: Any, device: s
     # of or signal the baseline's worker, the parent or the fork server (.confine).
     confinement = confine() if role == "candidate" and settings.defences.confine else None
     from ..manifest.spec import load
+    from .affinity_guard import AffinityGuard
     from .serve import Server
     from .side import SideBench
 
     server: Any = None
     startup: Optional[BaseException] = None
     try:
-        server = Server(SideBench(load(manifest_path), settings, device, role), confinement=confinement)
+        guard = AffinityGuard(settings.measure.cpu_threads, start_cores) if role == "baseline" and device == "cpu" else None
+        server = Server(SideBench(load(manifest_path), settings, device, role), confinement=confinement, guard=guard)
     except BaseException as e:  # reported on the first request, then the worker ends
         startup = e
     while True:

@@ -94,12 +94,13 @@ GENERAL = ("inner_reach", "copy_reach", "tf32_einsum", "fp16_softmax", "mode_sta
 #: (the default, on Linux 6.12+) its signals never reach the baseline (see
 #: test_cheats_that_stop_the_baselines_worker_are_refused_by_the_confinement).
 UNCONFINED = ("defences.confine=false",)
-NEEDS = {"batch_then_skip": ("measure.max_seconds=2.0",), "sibling_stop": UNCONFINED}
+NEEDS = {"batch_then_skip": ("measure.max_seconds=2.0",), "sibling_stop": UNCONFINED,
+         "sibling_affinity": ("measure.cpu_threads=2",)}
 
 #: Cheats that the candidate's confinement (bench/confine.py) refuses outright: tracing the
 #: baseline's worker leaves nothing the parent's watch reads (a stop under a tracer is
 #: reported to the tracer; no SIGCONT ends it).
-PREVENTED = ("sibling_trace",)
+PREVENTED = ("sibling_trace", "sibling_affinity")
 
 #: Cheats that write files, run from a copy of their manifest and modules (name -> files).
 COPIED = {"baseline_rewrite": ("adv_rewrite_base.py", "adv_baseline_rewrite.py")}
@@ -192,6 +193,17 @@ def test_cheats_that_stop_the_baselines_worker_are_refused_by_the_confinement(na
         pytest.skip(f"this machine refuses the cheat even unconfined: {told}")
 
 
+def test_a_candidate_that_moves_the_baselines_threads_onto_one_core_earns_nothing(tmp_path):
+    """At measure.cpu_threads=2 a thread of the candidate's moved each thread of the baseline's
+    worker onto one core: `supported` at 4.2-5.4x from an honest 1.0x before the baseline's
+    worker gave its threads their cores back before each block request and named a thread
+    narrowed while it ran (bench/affinity_guard.py; benchmarks/results/cpu-2026-11-26e)."""
+    out = run("sibling_affinity", tmp_path)
+    got = reason_checks(out.result)
+    assert out.verdict != "supported", out.result["reasons"]
+    assert out.verdict != "invalid" or "c" in got.get("interference", set()), out.result["reasons"]
+
+
 def test_a_candidate_that_rewrites_the_baselines_module_is_caught(tmp_path):
     """Each replicate's fresh baseline worker imports its module anew: rewritten by the
     candidate's import, every later replicate's baseline was three times slower and the
@@ -236,6 +248,18 @@ def test_the_new_cheats_are_not_caught_by_the_baseline_op_rule(name, tmp_path):
     out = run(name, tmp_path)
     name_hits = [c["message"] for c in out.result["checks"] if not c["ok"] and "baseline op `" in c["message"]]
     assert out.verdict == "invalid" and not name_hits, name_hits
+
+
+@pytest.mark.parametrize("name", ["honest_blocked", "honest_issue_matmul"])
+def test_honest_candidates_on_two_threads_raise_no_alarm(name, tmp_path):
+    """At measure.cpu_threads=2 each worker's OpenMP pool spins after its blocks while the
+    other side is timed: these were `invalid` (`interference`, 0.43 and 0.58 cores of the
+    idle worker) before the watch allowed an idle pool its spin
+    (benchmarks/results/cpu-2026-11-26e/README.md)."""
+    out = run(name, tmp_path, "measure.cpu_threads=2")
+    alarms = [(c["check"], c["message"]) for c in out.result["checks"] if not c["ok"] and c["check"] in DEFENCE_CHECKS]
+    assert not alarms, alarms
+    assert out.verdict != "invalid", out.result["reasons"]
 
 
 def test_the_issues_honest_matmul_is_supported_with_the_default_oracle(tmp_path):
