@@ -173,7 +173,7 @@ def test_cheats_that_stop_the_baselines_worker_are_refused_by_the_confinement(na
     """Confined, the candidate's worker can neither trace the baseline's (Landlock ABI 2) nor
     signal it (ABI 6): the cheat is refused and earns what its honest addmm earns, never its
     1.5x claim. Unconfined the same cheat reaches the baseline's worker: `sibling_trace`
-    came out `supported` at 2.52x that way, where the watch sees nothing
+    came out `supported` at 2.36-2.54x that way, where the watch sees nothing
     (benchmarks/results/cpu-2026-11-26e/README.md)."""
     from expkit.bench.confine import landlock_abi
 
