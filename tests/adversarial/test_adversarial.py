@@ -97,9 +97,11 @@ UNCONFINED = ("defences.confine=false",)
 NEEDS = {"batch_then_skip": ("measure.max_seconds=2.0",), "sibling_stop": UNCONFINED,
          "sibling_affinity": ("measure.cpu_threads=2",)}
 
-#: Cheats that the candidate's confinement (bench/confine.py) refuses outright: tracing the
-#: baseline's worker leaves nothing the parent's watch reads (a stop under a tracer is
-#: reported to the tracer; no SIGCONT ends it).
+#: Cheats refused outright rather than caught: the candidate's confinement (bench/confine.py)
+#: refuses ``sibling_trace``'s tracing, which leaves nothing the parent's watch reads (a stop
+#: under a tracer is reported to the tracer; no SIGCONT ends it); the baseline's affinity
+#: guard (bench/affinity_guard.py) undoes ``sibling_affinity``'s narrowing before each block
+#: request, and names one made while a block ran.
 PREVENTED = ("sibling_trace", "sibling_affinity")
 
 #: Cheats that write files, run from a copy of their manifest and modules (name -> files).
