@@ -29,11 +29,9 @@ from typing import AbstractSet, Any, Dict, Iterable, Optional, Tuple
 
 def _installation() -> Tuple[str, ...]:
     """Folders of the Python installation and its installed packages."""
+    paths = sysconfig.get_paths()
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix}
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        path = sysconfig.get_paths().get(key)
-        if path:
-            roots.add(path)
+    roots.update(paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib"))
     return tuple(sorted(os.path.realpath(r) + os.sep for r in roots if r))
 
 
