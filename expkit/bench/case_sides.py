@@ -17,6 +17,7 @@ from ..core.findings import Finding
 from . import cores
 from .clock import CLOCK
 from .envelope import RecheckPolicy, SessionTimer, SideFn, envelope_counts, envelope_findings
+from .freeze import Freeze
 from .side import BASELINE, CANDIDATE, LAST_CALL
 from .trial import findings_of as _findings
 
@@ -38,10 +39,15 @@ class CaseSides:
                                   policy=RecheckPolicy(d, processes=pair.settings.measure.processes)
                                   if d.enabled else _NoRecheck(d))
         pids = {BASELINE: pair.b.pid(), CANDIDATE: pair.c.pid()}
+        apart = d.enabled and pair.isolated and all(pids.values())
+        #: The other side's worker stopped while a side's blocks are timed (.freeze); None
+        #: where the sides share a process or the run sets defences.freeze=false.
+        self.freeze = Freeze(pids) if apart and d.freeze else None
         #: Each worker's stops, and (a CPU run) the other worker's CPU time while a side is
-        #: timed (checks.interference); None where the sides share a process.
-        self.watch = (WorkerWatch(pids, cpu=pair.device == "cpu", pool_cores=pool_cores(pair.settings.measure.cpu_threads))
-                      if d.enabled and pair.isolated and all(pids.values()) else None)
+        #: timed (checks.interference): a stopped worker's pool spins nothing, so its
+        #: allowance is kept for runs without the freeze.
+        spin = 0.0 if self.freeze is not None else pool_cores(pair.settings.measure.cpu_threads)
+        self.watch = WorkerWatch(pids, cpu=pair.device == "cpu", pool_cores=spin) if apart else None
         self.baseline = SideFn(BASELINE, self._warm, self._call)
         self.candidate = SideFn(CANDIDATE, self._warm, self._call)
 
@@ -66,17 +72,27 @@ class CaseSides:
         mean the worker's clock is not the parent's: that block's latency counts as
         unexplained, and the envelope check sees it."""
         wide = cores.pin(self.share)  # the workers' cores while they relay (bench/cores.py)
+        freeze = self.freeze
+        held = freeze.seconds if freeze is not None else 0.0
         try:
-            return self._relay(requests)
+            out = self._relay(requests)
+            if freeze is not None:  # its waits are the parent's own, not a worker's to explain
+                freeze.release()
+                out["latency"] += freeze.seconds - held
+            return out
         finally:
+            if freeze is not None:
+                freeze.release()
             cores.unpin(wide)
 
     def _relay(self, requests: Sequence[Tuple[str, int, Optional[int]]]) -> Dict[str, Any]:
         blocks = []
         wall = latency = 0.0
         last_only = self.pair.memory is not None and not self.pair.memory.keep_pristine
-        watch = self.watch
+        watch, freeze = self.watch, self.freeze
         for side, group in runs_by_side(requests, LAST_CALL if last_only else None):
+            if freeze is not None:
+                freeze.quiet(side)
             sent = CLOCK()
             if watch is not None:
                 watch.before(side, int(sent * 1e9))
@@ -93,6 +109,8 @@ class CaseSides:
             for rep in reps:
                 kept = rep.pop("kept", None)
                 if kept is not None:
+                    if freeze is not None:  # both workers take part in the recheck
+                        freeze.release()
                     t0 = CLOCK()
                     got = self.pair.b.request("recheck", case=self.case, kept=kept)
                     self.pair.c.request("release")
@@ -123,7 +141,12 @@ class CaseSides:
         if self.watch is not None:  # what each worker did while the other was timed
             if self.watch.cpu:
                 self.watch.add_summary(self.pair.evidence.setdefault("interference", {}).setdefault(self.case, {}))
-            done += self.watch.findings(self.case, {BASELINE: "baseline", CANDIDATE: "candidate"}, continued)
+            roles = {BASELINE: "baseline", CANDIDATE: "candidate"}
+            if self.freeze is not None:  # the harness's own SIGCONT are not another's
+                ours = self.freeze.take_sent()
+                continued = {s: max(0, n - ours.get(s, 0)) for s, n in continued.items()}
+                done += self.freeze.findings(self.case, roles)
+            done += self.watch.findings(self.case, roles, continued)
             if self.watch.unwatched:
                 self.pair.evidence["stops_unwatched"] = sorted(self.watch.unwatched)
         d = self.pair.settings.defences

@@ -67,7 +67,9 @@ class Pair:
         self.lm, self.settings, self.device = lm, settings, device
         d = settings.defences
         self.isolated = d.enabled and d.isolate and sides is None
-        self.evidence: Dict[str, Any] = {"isolated": self.isolated, "separate_sides": self.isolated}
+        #: ``frozen``: the other side's worker stopped while a side's blocks are timed (.freeze).
+        self.evidence: Dict[str, Any] = {"isolated": self.isolated, "separate_sides": self.isolated,
+                                         "frozen": self.isolated and d.freeze}
         self._told: set = set()
         #: The baseline's hello, read before the candidate's worker started (``baseline_first``).
         self._hb: Any = None

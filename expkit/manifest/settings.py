@@ -134,6 +134,9 @@ class DefenceSettings:
     candidate's worker enters a Landlock domain before its code is imported, so that it can
     neither trace, open the memory of, nor (Linux 6.12+) signal any process outside it
     (``bench/confine.py``); off only to test what the watch sees without it, or to debug.
+    ``freeze``: while one side's blocks are timed, the other side's worker is stopped
+    (``SIGSTOP``), so that nothing of it runs beside them (``bench/freeze.py``); off only to
+    test what the watch sees without it.
     """
 
     enabled: bool = True
@@ -148,6 +151,7 @@ class DefenceSettings:
     timeout_seconds: float = 600.0
     pin_cores: bool = True
     confine: bool = True
+    freeze: bool = True
 
 
 @dataclass(frozen=True)

@@ -94,15 +94,22 @@ GENERAL = ("inner_reach", "copy_reach", "tf32_einsum", "fp16_softmax", "mode_sta
 #: (the default, on Linux 6.12+) its signals never reach the baseline (see
 #: test_cheats_that_stop_the_baselines_worker_are_refused_by_the_confinement).
 UNCONFINED = ("defences.confine=false",)
-NEEDS = {"batch_then_skip": ("measure.max_seconds=2.0",), "sibling_stop": UNCONFINED,
-         "sibling_affinity": ("measure.cpu_threads=2",)}
+#: The watch's rows act while the baseline is timed, which the freeze (bench/freeze.py)
+#: prevents by stopping the candidate's worker then: they run without it, to test the watch
+#: behind it (test_a_candidate_that_computes_while_its_baseline_is_timed_earns_nothing).
+UNFROZEN = ("defences.freeze=false",)
+NEEDS = {"batch_then_skip": ("measure.max_seconds=2.0",), "sibling_stop": UNCONFINED + UNFROZEN,
+         "idle_spin_cores": UNFROZEN, "sibling_affinity": ("measure.cpu_threads=2",),
+         "idle_spin_pool": ("measure.cpu_threads=2",)}
 
 #: Cheats refused outright rather than caught: the candidate's confinement (bench/confine.py)
 #: refuses ``sibling_trace``'s tracing, which leaves nothing the parent's watch reads (a stop
 #: under a tracer is reported to the tracer; no SIGCONT ends it); the baseline's affinity
 #: guard (bench/affinity_guard.py) undoes ``sibling_affinity``'s narrowing before each block
 #: request, and names one made while a block ran.
-PREVENTED = ("sibling_trace", "sibling_affinity")
+#: The freeze stops the candidate's worker while the baseline is timed: ``idle_spin_pool``'s
+#: thread, inside the allowance the watch gives an idle pool's spin, computes nothing then.
+PREVENTED = ("sibling_trace", "sibling_affinity", "idle_spin_pool")
 
 #: Cheats that write files, run from a copy of their manifest and modules (name -> files).
 COPIED = {"baseline_rewrite": ("adv_rewrite_base.py", "adv_baseline_rewrite.py")}
@@ -188,7 +195,7 @@ def test_cheats_that_stop_the_baselines_worker_are_refused_by_the_confinement(na
     assert "refused" in told and "stopped" not in told, told
     assert out.verdict != "supported", out.result["reasons"]
     # The cheat has teeth: unconfined, it stops the baseline's worker.
-    off = run_manifest(HERE / f"{name}.yaml", FAST + UNCONFINED, out_dir=tmp_path / "off")
+    off = run_manifest(HERE / f"{name}.yaml", FAST + UNCONFINED + UNFROZEN, out_dir=tmp_path / "off")
     assert off.result["defences"]["confinement"] is None
     told = _told(tmp_path / "off")
     if "stopped" not in told:
@@ -204,6 +211,28 @@ def test_a_candidate_that_moves_the_baselines_threads_onto_one_core_earns_nothin
     got = reason_checks(out.result)
     assert out.verdict != "supported", out.result["reasons"]
     assert out.verdict != "invalid" or "c" in got.get("interference", set()), out.result["reasons"]
+
+
+@pytest.mark.parametrize("name", ["idle_spin_pool", "idle_spin_cores"])
+def test_a_candidate_that_computes_while_its_baseline_is_timed_earns_nothing(name, tmp_path):
+    """Threads of the candidate's compute only while the baseline is timed. One thread at
+    measure.cpu_threads=2 stays inside the spin the watch allows an idle pool: it was
+    `supported` at 3.5-4.4x from an honest 1.0x before the candidate's worker was stopped
+    while its baseline is timed (bench/freeze.py; benchmarks/results/cpu-2026-11-26f). The
+    freeze stops every thread of it: the watch reads nothing of its CPU time in the
+    baseline's blocks, and the cheat earns what its honest addmm earns."""
+    cfg = tuple(a for a in NEEDS.get(name, ()) if a not in UNFROZEN)  # the freeze on, as shipped
+    on = run_manifest(HERE / f"{name}.yaml", FAST + cfg, out_dir=tmp_path / "on")
+    assert on.verdict != "supported", on.result["reasons"]
+    assert not [c for c in on.result["checks"] if not c["ok"] and c["check"] == "interference"], on.result["reasons"]
+    assert on.result["defences"]["frozen"] is True
+    seen = on.result["defences"]["interference"]["c"]["baseline"]
+    assert seen["other_cpu_ms"] <= 0.05 * seen["timed_ms"], seen  # stopped: next to no CPU time
+    # The cheat has teeth: without the freeze it computes beside the baseline.
+    off = run_manifest(HERE / f"{name}.yaml", FAST + cfg + UNFROZEN, out_dir=tmp_path / "off")
+    assert off.result["defences"]["frozen"] is False
+    seen = off.result["defences"]["interference"]["c"]["baseline"]
+    assert seen["other_cpu_ms"] > 0.3 * seen["timed_ms"], seen
 
 
 def test_a_candidate_that_rewrites_the_baselines_module_is_caught(tmp_path):
@@ -252,13 +281,15 @@ def test_the_new_cheats_are_not_caught_by_the_baseline_op_rule(name, tmp_path):
     assert out.verdict == "invalid" and not name_hits, name_hits
 
 
+@pytest.mark.parametrize("freeze", ["true", "false"])
 @pytest.mark.parametrize("name", ["honest_blocked", "honest_issue_matmul"])
-def test_honest_candidates_on_two_threads_raise_no_alarm(name, tmp_path):
-    """At measure.cpu_threads=2 each worker's OpenMP pool spins after its blocks while the
-    other side is timed: these were `invalid` (`interference`, 0.43 and 0.58 cores of the
-    idle worker) before the watch allowed an idle pool its spin
-    (benchmarks/results/cpu-2026-11-26e/README.md)."""
-    out = run(name, tmp_path, "measure.cpu_threads=2")
+def test_honest_candidates_on_two_threads_raise_no_alarm(name, freeze, tmp_path):
+    """At measure.cpu_threads=2 each worker's OpenMP pool spins after its blocks: these were
+    `invalid` (`interference`, 0.43 and 0.58 cores of the idle worker) before the watch
+    allowed an idle pool its spin (benchmarks/results/cpu-2026-11-26e/README.md). With the
+    freeze the idle worker is stopped and spins nothing, and the allowance is not given;
+    without it, the allowance is what keeps them clear."""
+    out = run(name, tmp_path, "measure.cpu_threads=2", f"defences.freeze={freeze}")
     alarms = [(c["check"], c["message"]) for c in out.result["checks"] if not c["ok"] and c["check"] in DEFENCE_CHECKS]
     assert not alarms, alarms
     assert out.verdict != "invalid", out.result["reasons"]
@@ -383,7 +414,7 @@ GPU_BAD: Dict[str, Tuple[str, FrozenSet[str]]] = {
 }
 GPU_HONEST = ("honest_graph", "honest_joined_stream")
 #: As NEEDS: the stop tests the watch, unconfined.
-GPU_NEEDS = {"sibling_stop": UNCONFINED}
+GPU_NEEDS = {"sibling_stop": UNCONFINED + UNFROZEN}
 
 
 def run_gpu(path: Path, out: Path, *extra: str):
