@@ -54,7 +54,7 @@
 #   fidelity   benchmarks/timing_fidelity.py --quick
 #   fidelity-full  benchmarks/timing_fidelity.py
 #   advcpu     the CPU adversarial suite and the tests of the defences between processes (confinement,
-#              code digest, interference) on this host (adv_cpu.log)
+#              code digest, interference, freeze) on this host (adv_cpu.log)
 #   probe:LIST  the manifests benchmarks/probes/LIST.yaml (comma-separated DIR/NAME), REPEATS CLI runs each
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -265,7 +265,7 @@ PY
       step_limit 540 python3 benchmarks/timing_fidelity.py --out "$B/fidelity" 2>&1 | tail -60 ;;
     advcpu)  # the CPU adversarial suite and the tests of the defences that act between processes, on this host
       step_limit ${TESTS_LIMIT:-300} python3 -m pytest -m "not gpu" tests/adversarial tests/test_confine.py \
-        tests/test_code_digest.py tests/test_interference.py -q -p no:cacheprovider --no-header -rfs --durations=8 2>&1 \
+        tests/test_code_digest.py tests/test_interference.py tests/test_freeze.py -q -p no:cacheprovider --no-header -rfs --durations=8 2>&1 \
         | tee "$B/adv_cpu.log" | tail -15 ;;
     probe:*)  # the probes of a limit under benchmarks/probes/ (probe:DIR/NAME,...), REPEATS (2) CLI runs each
       for m in $(echo "${step#probe:}" | tr , ' '); do
