@@ -161,6 +161,53 @@ def test_a_process_counts_the_sigcont_it_receives_and_goes_on():
     assert out.stdout.strip() == "True 0", out.stderr[-2000:]
 
 
+CHILD_READS_THROUGH_A_CONTINUE = r"""
+import ctypes, os, signal, sys, threading
+from expkit.checks import interference as i
+i.count_continues()
+r, w = os.pipe()
+libc = ctypes.CDLL(None, use_errno=True)
+got = []
+def reader():
+    buf = ctypes.create_string_buffer(1)
+    got.append((libc.read(r, buf, 1), ctypes.get_errno()))  # C's read: no retry of its own
+t = threading.Thread(target=reader)
+t.start()
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCONT})  # the handler can run on the reader only
+print("ready", flush=True)
+sys.stdin.readline()
+os.write(w, b"x")
+t.join()
+print(got, i.continues_taken(), flush=True)
+"""
+
+
+def test_the_count_of_continues_interrupts_no_system_call_of_another_thread():
+    """The kernel may run the SIGCONT handler on any thread of the worker. Without
+    ``SA_RESTART`` the call it interrupts fails with EINTR, and a GNU OpenMP pool thread
+    whose futex wait failed spins afresh: with the freeze continuing each idle worker
+    before its blocks, honest candidates on the H100 host were `invalid` (`resources`).
+    Here a thread blocked in C's ``read`` takes the handler, and must read on."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    p = subprocess.Popen([sys.executable, "-c", CHILD_READS_THROUGH_A_CONTINUE], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(0.1)  # the reader blocked in read()
+        os.kill(p.pid, signal.SIGSTOP)
+        os.waitid(os.P_PID, p.pid, os.WSTOPPED)
+        os.kill(p.pid, signal.SIGCONT)
+        time.sleep(0.1)
+        out, err = p.communicate("go\n", timeout=60)
+    finally:
+        p.kill()
+    assert out.strip() == "[(1, 0)] 1", (out, err[-2000:])
+
+
 def test_a_worker_whose_priority_is_not_the_runs_is_named():
     """A process may lower the priority of another of its user (``renice``): the baseline's
     calls then wait for whatever else the machine runs. Read after each of a side's

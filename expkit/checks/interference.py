@@ -105,13 +105,22 @@ _CONTINUED = [0]
 
 def count_continues() -> None:
     """In a worker, before any code under test is imported: count every ``SIGCONT`` this
-    process receives (:func:`continues_taken`). The signal still continues the process."""
+    process receives (:func:`continues_taken`). The signal still continues the process.
+
+    The handler restarts the system call it interrupts (``SA_RESTART``): the kernel may run
+    it on any thread, and a GNU OpenMP pool thread whose futex wait failed with ``EINTR``
+    spins afresh, 10-20 ms on a core. With the parent stopping and continuing each idle
+    worker around every block (``bench/freeze.py``), the harness's own pool in the
+    baseline's worker spun into its timed blocks that way: honest candidates on the
+    16-core H100 host were `invalid` (`resources`, 1.5-1.9 cores at ``cpu_threads=1``,
+    ``benchmarks/results/h100-2026-11-26c/README.md``)."""
     import signal
 
     def _count(signum: int, frame: object) -> None:
         _CONTINUED[0] += 1
 
     signal.signal(signal.SIGCONT, _count)
+    signal.siginterrupt(signal.SIGCONT, False)
 
 
 def continues_taken() -> int:
