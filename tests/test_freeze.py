@@ -173,3 +173,58 @@ def test_waiting_for_a_worker_that_exited_says_so():
     time.sleep(0.05)
     assert F.wait_stopped(pid, timeout=1.0) is None
     os.waitpid(pid, 0)
+
+
+STOPPED_GRANDCHILD = r"""
+import os, signal, sys, time
+from expkit.bench.lifetime import die_with_parent
+pid = os.fork()
+if pid == 0:
+    if sys.argv[1] == "tied":
+        die_with_parent()
+    os.kill(os.getpid(), signal.SIGSTOP)  # as the freeze leaves an idle worker
+    time.sleep(60)
+    os._exit(0)
+print(pid, flush=True)
+time.sleep(60)
+"""
+
+
+def _gone_or_stopped(pid: int, timeout: float) -> str:
+    """``gone`` once ``pid`` has ended (or is a zombie), else its state after ``timeout``."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            state = _state(pid)
+        except OSError:
+            return "gone"
+        if state == b"Z":
+            return "gone"
+        if time.monotonic() > end:
+            return state.decode()
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_worker_left_stopped_ends_with_its_parent(tied):
+    """A parent killed while its idle worker is stopped cannot continue it: with
+    ``die_with_parent`` (set in every worker, bench/lifetime.py) the kernel kills it; without,
+    it stays stopped for good (the second case shows the test can fail)."""
+    import subprocess
+
+    mid = subprocess.Popen([sys.executable, "-c", STOPPED_GRANDCHILD, "tied" if tied else "free"],
+                           stdout=subprocess.PIPE, text=True)
+    child = int(mid.stdout.readline())
+    try:
+        end = time.monotonic() + 5
+        while _state(child) != b"T":  # stopped itself
+            assert time.monotonic() < end
+            time.sleep(0.01)
+        mid.kill()
+        mid.wait()
+        assert _gone_or_stopped(child, 5.0) == ("gone" if tied else "T")
+    finally:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except OSError:
+            pass

@@ -22,6 +22,7 @@ from .blas import worker_scipy_threads
 from .channel import HEADER, KEY_LEN, MAGIC, Channel, ChannelError, read_exact
 from .confine import confine
 from .cores import current as current_cores
+from .lifetime import become_subreaper, die_with_parent
 from .memory import PROC_FILES
 
 
@@ -87,19 +88,6 @@ def error_reply(e: BaseException) -> Dict[str, Any]:
     return {"error": {"type": kind, "message": f"{type(e).__name__}: {e}{where}"}}
 
 
-def _become_subreaper() -> None:
-    """Make this worker the reaper of its orphaned descendants (Linux ``PR_SET_CHILD_SUBREAPER``),
-    so that a process the side's code started and detached (a double fork) stays below it,
-    where the parent finds it when the worker closes. Elsewhere, nothing."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        pass
-
-
 def worker_main(req: Any, rep: Any, manifest_path: str, settings: Any, device: str, role: str,
                 stdout_path: str, stderr_path: str, parent_ends: Tuple[Any, ...] = ()) -> None:
     """One side's worker process: capture output, take the key, load the code, serve requests.
@@ -111,7 +99,8 @@ def worker_main(req: Any, rep: Any, manifest_path: str, settings: Any, device: s
     for conn in parent_ends:
         conn.close()
     start_cores = current_cores()  # before any code under test, for the baseline's AffinityGuard
-    _become_subreaper()
+    become_subreaper()  # what the side's code detaches stays below the worker (.lifetime)
+    die_with_parent()  # a worker left stopped by a parent that was killed does not outlive it
     count_continues()  # each stop of this worker, whoever sent it (checks.interference)
     steady_allocator()
     worker_scipy_threads(settings.measure.cpu_threads)  # the parent loaded scipy's BLAS on one thread (.blas)

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
 from ..bench.diagnose import diagnose
+from ..bench.lifetime import die_with_parent
 
 JOB = "job.json"
 WORKER = "worker.json"  # how the worker ended: its run time, exit code, GPU, the supervisor's wall time
@@ -138,18 +139,6 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 # --- inside the worker -------------------------------------------------------------
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies (prctl PR_SET_PDEATHSIG)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _redirect(run_dir: Path) -> None:
@@ -251,7 +240,7 @@ def _forked_main(job_json: str) -> None:
     job = Job(**{**json.loads(job_json), "overrides": tuple(json.loads(job_json)["overrides"])})
     os.setsid()
     _release_forkserver()
-    _die_with_parent()
+    die_with_parent()
     _redirect(Path(job.run_dir))
     code = run_job(job)
     sys.stdout.flush()
@@ -267,7 +256,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if len(argv) != 1:
         print("usage: python -m expkit.suites.worker RUN_DIR   (RUN_DIR holds job.json)", file=sys.stderr)
         return 2
-    _die_with_parent()
+    die_with_parent()
     return run_job(Job.read(Path(argv[0])))
 
 
