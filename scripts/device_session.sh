@@ -91,7 +91,7 @@ for step in "$@"; do
         cat "$ROOT/COMMIT" 2>/dev/null || true; } | tee "$B/device.txt"
       step_limit 60 python3 -m expkit doctor > "$B/doctor.txt" 2>&1; tail -5 "$B/doctor.txt" ;;
     tests)
-      step_limit 540 python3 -m pytest -m gpu tests -q -p no:cacheprovider --no-header -rf --durations=15 2>&1 \
+      step_limit 570 python3 -m pytest -m gpu tests -q -p no:cacheprovider --no-header -rf --durations=15 2>&1 \
         | tee "$B/gpu_tests.log" | tail -25 ;;
     tests:*)  # some GPU tests only: tests:PATH,PATH (each such step its own log: gpu_tests_part1.log, ...)
       part=$(( ${part:-0} + 1 ))
