@@ -1,26 +1,25 @@
 """The bench stage: the code under test, where it runs, and the defences around it.
 
-A speed claim is only as good as the harness that timed it. This package holds the
-:class:`~.bench.Bench` that runs the manifest's code -- in a worker process behind an
-authenticated channel, or in-process -- and the defences that keep a candidate from
-faking a speedup (deliberately or by accident), one module per mechanism.
-``docs/threat-model.md`` says what each one stops and what none of them can; the check
-names below are the ones a verdict's reasons carry.
+A speed claim is only as good as the harness that timed it. This package runs the
+manifest's code -- each side in a worker process of its own behind an authenticated
+channel (or both in this process, for tests and scripts) -- and holds the defences that
+keep a candidate from faking a speedup (deliberately or by accident), one module per
+mechanism. ``docs/threat-model.md`` says what each one stops and what none of them can;
+the check names below are the ones a verdict's reasons carry, and
+``docs/architecture.md`` lists every module.
 
-Modules:
+Where things run:
 
-* :mod:`.bench` -- the :class:`~.bench.Bench` (imports the code under test, runs the
-  preflight and the timed blocks with the defences) and the recheck.
-* :mod:`.sessions` -- where the bench runs: :func:`~.sessions.open_session` gives a
-  :class:`~.worker_session.WorkerSession` (isolated) or a :class:`~.sessions.LocalSession`.
-* :mod:`.worker`, :mod:`.worker_session`, :mod:`.channel` -- the worker process, the
-  parent's handle on it, and the framed, signed messages between them.
-* :mod:`.tamper`, :mod:`.fresh`, :mod:`.per_call`, :mod:`.envelope`, :mod:`.fallback` --
-  the defences, by mechanism (global state and threads live in :mod:`expkit.checks`,
-  because the preflight applies them too).
-* :mod:`.clock` -- the harness's clock, bound before any candidate code runs.
-* :mod:`.diagnose` -- why a worker process died, in one line (the suites use it too).
-* :mod:`.environment` -- provenance: what ran where.
+* :mod:`.pair`, :mod:`.case_sides`, :mod:`.replicates` -- the two sides driven from the
+  parent: each block relayed to its side's worker, a fresh pair per replicate.
+* :mod:`.endpoint`, :mod:`.worker`, :mod:`.serve`, :mod:`.side` -- the parent's handle on a
+  worker, the worker process, its requests, and one side's code, inputs and calls;
+  :mod:`.channel` and :mod:`.transport` -- the framed, signed messages and the tensors
+  between the processes; :mod:`.judge` -- the baseline's worker judges the candidate's
+  outputs; :mod:`.in_process` -- both sides as callables in this process.
+* :mod:`.clock` -- the harness's clock, bound before any candidate code runs;
+  :mod:`.diagnose` -- why a worker process died, in one line (the suites use it too);
+  :mod:`.environment` -- provenance: what ran where.
 
 Mechanisms (each named by the check that reports it):
 
@@ -59,7 +58,7 @@ fresh inputs
     random, keeps a pristine copy of its inputs and its output; after the block the
     output is held against the baseline on that copy with the manifest's oracles, and
     against the storage checks of the preflight. Batch-then-skip, replay caches and
-    correct-then-drift fail here (:meth:`~.bench.Bench.block`, :class:`~.envelope.RecheckPolicy`).
+    correct-then-drift fail here (:meth:`.side.SideBench.block`, :class:`~.envelope.RecheckPolicy`).
 ``timer``
     The parent times every block on its own clock (the *envelope*) while the worker
     reports its own: the timed seconds, the untimed harness work and its wall time. A
@@ -67,6 +66,16 @@ fresh inputs
     ``max(envelope_abs_s, envelope_rel x envelope)`` is flagged and its sample
     replaced by the envelope (an upper bound no in-worker trick can shorten); a side
     with more than half its blocks flagged makes the run invalid (:mod:`.envelope`).
+``interference``
+    What one worker can do to the other from outside it. While a side's blocks are
+    timed the other side's worker is stopped (:mod:`.freeze`); the parent watches the
+    idle worker's CPU time, stops and priority (:mod:`expkit.checks.interference`); the
+    candidate's worker is confined before its code is imported, so that it can neither
+    trace, read the memory of nor signal another process (:mod:`.confine`); with two
+    threads or more the baseline's worker keeps its threads on its cores
+    (:mod:`.affinity_guard`); every worker dies with its parent (:mod:`.lifetime`). Each
+    replicate's workers must run the code the first pair ran
+    (:mod:`expkit.checks.code_digest`, reported as ``tamper``).
 ``plausibility``
     A supported speedup above ``max_plausible_speedup`` (10x unless the manifest's
     ``expect.max_plausible_speedup`` says more) or a candidate time below what the
@@ -80,8 +89,9 @@ fresh inputs
     failure on a case where the candidate caught an exception of its own means it
     fell back to another implementation (:mod:`.fallback`).
 
-All of this is in-process defence in the worker: code that runs in the same process
-can, in principle, defeat any of it (walk ``gc`` to the harness's objects, rebind
-them, read the channel key). What it cannot defeat is the parent's clock and the
-parent's own judgement of the raw samples; see docs/threat-model.md.
+The checks inside a worker are in-process defence: code that runs in the same process
+can, in principle, defeat any of them (walk ``gc`` to the harness's objects, rebind
+them, read the channel key). What it cannot defeat is what the parent does and sees from
+outside: its clock, its judgement of the raw samples, the kernel's accounts it reads and
+the stops it sends; see docs/threat-model.md.
 """
