@@ -13,7 +13,8 @@ baseline was timed, made an honest 1.0x candidate `supported` at 3.5-4.4x
 So before a side's block request the parent sends the other worker ``SIGSTOP``, which
 no code can catch, block or ignore, and waits until the kernel reports every thread of
 it stopped; it sends ``SIGCONT`` before that worker's own next block request
-(:meth:`Freeze.quiet`), or when the batch of blocks ends (:meth:`Freeze.release`). A stopped
+(:meth:`Freeze.quiet`), before a recheck (both workers take part) and when the batch of
+blocks ends (:meth:`Freeze.release`). A stopped
 process runs nothing: no pool spins, no thread of the candidate's computes, signals or
 moves anything while the baseline is timed. What it started before it was stopped and
 that runs elsewhere is not stopped with it: a child process (counted after every
@@ -63,10 +64,10 @@ def _all_tasks_stopped(pid: int) -> Optional[bool]:
 
 
 def wait_stopped(pid: int, timeout: float = STOP_TIMEOUT_S) -> Optional[bool]:
-    """Wait until process ``pid``, just sent ``SIGSTOP``, is stopped: True once it is, False
-    where it was not within ``timeout``, None where it is gone. A child's stop is the kernel's report to its
-    parent, consumed here; another process's is every thread's state in ``/proc``. The
-    wait yields the core, which the stopping process may need."""
+    """Wait until process ``pid``, just sent ``SIGSTOP``, is stopped: True once it is,
+    False where it was not within ``timeout``, None where it is gone. A child's stop is the
+    kernel's report to its parent, consumed here; another process's is every thread's state
+    in ``/proc``. The wait yields the core, which the stopping process may need."""
     end = time.monotonic() + timeout
     child = True
     while True:
