@@ -49,12 +49,12 @@ def test_the_other_side_is_stopped_before_a_side_is_timed_and_continued_after():
     k = Kernel()
     f = freeze(k)
     f.quiet("baseline")
-    assert k.log == [("STOP", 202), ("wait", 202)] and f.stopped == {"candidate"}
-    f.quiet("baseline")  # the same side again: nothing to do
-    assert len(k.log) == 2
+    assert k.log == [("STOP", 202), ("wait", 202), ("CONT", 101), ("drain", 101)] and f.stopped == {"candidate"}
+    f.quiet("baseline")  # the same side again: the other stays stopped, this one is continued anyway
+    assert k.log[4:] == [("CONT", 101), ("drain", 101)]
     f.release()
-    assert k.log[2:] == [("CONT", 202), ("drain", 202)] and not f.stopped
-    assert f.take_sent() == {"candidate": 1} and f.take_sent() == {}
+    assert k.log[6:] == [("CONT", 202), ("drain", 202)] and not f.stopped
+    assert f.take_sent() == {"baseline": 2, "candidate": 1} and f.take_sent() == {}
 
 
 def test_handing_over_stops_the_other_before_the_next_side_runs():
@@ -64,7 +64,8 @@ def test_handing_over_stops_the_other_before_the_next_side_runs():
     f = freeze(k)
     f.quiet("baseline")
     f.quiet("candidate")
-    assert k.log == [("STOP", 202), ("wait", 202), ("STOP", 101), ("wait", 101), ("CONT", 202), ("drain", 202)]
+    assert k.log == [("STOP", 202), ("wait", 202), ("CONT", 101), ("drain", 101),
+                     ("STOP", 101), ("wait", 101), ("CONT", 202), ("drain", 202)]
     assert f.stopped == {"baseline"}
 
 
@@ -72,7 +73,7 @@ def test_a_worker_that_does_not_stop_is_continued_and_named():
     k = Kernel(stops=False)
     f = freeze(k)
     f.quiet("baseline")
-    assert k.log == [("STOP", 202), ("wait", 202), ("CONT", 202), ("drain", 202)] and not f.stopped
+    assert k.log[:4] == [("STOP", 202), ("wait", 202), ("CONT", 202), ("drain", 202)] and not f.stopped
     got = f.findings("c", {"baseline": "baseline", "candidate": "candidate"})
     assert len(got) == 1 and got[0].check == "interference" and not got[0].ok and got[0].case == "c"
     assert "candidate's worker could not be stopped" in got[0].message and "1 time(s)" in got[0].message
@@ -87,7 +88,7 @@ def test_a_worker_that_is_gone_is_no_finding():
     k = Kernel(alive=False)
     f = freeze(k)
     f.quiet("baseline")
-    assert k.log == [("STOP", 202)] and not f.stopped
+    assert k.log == [("STOP", 202), ("CONT", 101)] and not f.stopped
 
 
 def test_the_parents_time_in_the_freeze_is_counted():
@@ -143,7 +144,28 @@ def test_real_workers_are_stopped_and_continued_and_the_kernels_reports_consumed
         time.sleep(0.02)
         assert _state(a) != b"T" and _state(b) != b"T"
         assert stop_event(a) is None and stop_event(b) is None
-        assert f.take_sent() == {"baseline": 1, "candidate": 1}
+        assert f.take_sent() == {"baseline": 2, "candidate": 1}
+    finally:
+        _end(a, wa)
+        _end(b, wb)
+
+
+def test_a_side_stopped_by_another_process_is_continued_before_it_is_timed():
+    """Where the confinement cannot refuse signals, a thread of the candidate's that stops
+    its baseline now and then can itself be stopped by the freeze before it continues it:
+    the baseline is continued before its block all the same (the run waited out its
+    timeout before: `sibling_stop` unconfined)."""
+    a, wa = _sleeper()
+    b, wb = _sleeper()
+    try:
+        time.sleep(0.05)
+        os.kill(a, signal.SIGSTOP)  # by someone else
+        assert F.wait_stopped(a)
+        f = F.Freeze({"baseline": a, "candidate": b})
+        f.quiet("baseline")
+        time.sleep(0.02)
+        assert _state(a) != b"T" and _state(b) == b"T"
+        f.release()
     finally:
         _end(a, wa)
         _end(b, wb)

@@ -131,12 +131,20 @@ class Freeze:
     def quiet(self, side: str) -> None:
         """Before ``side``'s block request: the other side's worker stopped, then ``side``'s
         running. In that order: a worker's pool threads stopped mid-spin spin on when
-        continued, and on a small machine they would keep the stopping one off the cores."""
+        continued, and on a small machine they would keep the stopping one off the cores.
+
+        ``side`` is continued whether or not the parent stopped it. Another process of the
+        user may have (where the confinement cannot refuse signals): a thread of the
+        candidate's that stops its baseline for part of every millisecond, stopped itself
+        before it sent the ``SIGCONT``, left the baseline stopped, and the run waited out
+        ``defences.timeout_seconds`` for its block (``sibling_stop`` unconfined). Once the
+        other worker is stopped nothing of it can stop this one again."""
         other = next((s for s in self.pids if s != side), None)
         t0 = CLOCK()
         if other is not None and other not in self.stopped:
             self._stop(other)
-        self.wake(side)
+        self.stopped.discard(side)
+        self._continue(side)
         self.seconds += CLOCK() - t0
 
     def _stop(self, side: str) -> None:

@@ -235,6 +235,15 @@ def test_a_candidate_that_computes_while_its_baseline_is_timed_earns_nothing(nam
     assert seen["other_cpu_ms"] > 0.3 * seen["timed_ms"], seen
 
 
+def test_a_candidate_that_stops_its_baseline_unconfined_earns_nothing_frozen(tmp_path):
+    """Where the confinement cannot refuse signals (Landlock ABI below 6, Linux before 6.12)
+    the freeze is the layer left: `sibling_stop`'s thread, which stops the baseline's worker
+    while the candidate is not being called, is itself stopped while the baseline is timed."""
+    out = run_manifest(HERE / "sibling_stop.yaml", FAST + UNCONFINED, out_dir=tmp_path)
+    assert out.result["defences"]["frozen"] is True and out.result["defences"]["confinement"] is None
+    assert out.verdict != "supported", out.result["reasons"]
+
+
 def test_a_candidate_that_rewrites_the_baselines_module_is_caught(tmp_path):
     """Each replicate's fresh baseline worker imports its module anew: rewritten by the
     candidate's import, every later replicate's baseline was three times slower and the
