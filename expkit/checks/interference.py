@@ -16,7 +16,10 @@ outside, through the kernel, where a worker's code cannot reach:
   milliseconds after each parallel region (``pool_cores``: up to ``cpu_threads - 1``
   cores; honest candidates at two threads were `invalid` before that was allowed:
   ``benchmarks/results/cpu-2026-11-26e/README.md``). One that computed beyond that while
-  its sibling was timed competed with it for the machine.
+  its sibling was timed competed with it for the machine. With the freeze (the default,
+  ``bench/freeze.py``) the idle worker is stopped while the other side is timed: it spends
+  nothing, and the pool's allowance is given only where the run turns the freeze off
+  (inside it a thread of the candidate's that computed only then was `supported`).
 - **Stops**, two ways. The kernel tells a parent when its child was stopped or continued
   (:func:`stop_event`: ``waitid`` with ``WSTOPPED | WCONTINUED``), and each worker
   counts the ``SIGCONT`` that ends every stop (:func:`count_continues`, installed before
