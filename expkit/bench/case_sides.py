@@ -76,14 +76,13 @@ class CaseSides:
         held = freeze.seconds if freeze is not None else 0.0
         try:
             out = self._relay(requests)
-            if freeze is not None:  # its waits are the parent's own, not a worker's to explain
-                freeze.release()
-                out["latency"] += freeze.seconds - held
-            return out
         finally:
             if freeze is not None:
                 freeze.release()
             cores.unpin(wide)
+        if freeze is not None:  # its waits are the parent's own, not a worker's to explain
+            out["latency"] += freeze.seconds - held
+        return out
 
     def _relay(self, requests: Sequence[Tuple[str, int, Optional[int]]]) -> Dict[str, Any]:
         blocks = []

@@ -37,6 +37,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Set
 
+from ..checks.children import read_proc
 from ..checks.interference import INTERFERENCE
 from ..core.findings import Finding
 from .clock import CLOCK
@@ -53,12 +54,9 @@ def _all_tasks_stopped(pid: int) -> Optional[bool]:
     except OSError:
         return None
     for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[-1].split()[0]
-        except (OSError, IndexError):
-            continue  # a thread that ended
-        if state not in (b"T", b"t"):
+        stat = read_proc(f"/proc/{pid}/task/{tid}/stat")
+        fields = stat.rsplit(b")", 1)[-1].split() if stat is not None else []
+        if fields and fields[0] not in (b"T", b"t"):  # none: a thread that ended
             return False
     return True
 
