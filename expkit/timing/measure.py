@@ -45,7 +45,9 @@ case's budget is split across them: every process gets ``min_rounds`` (the boots
 needs rounds in each), ``min_seconds / K`` and ``max_seconds / K`` of timed work and
 ``max_rounds / K`` rounds; the first process warms up for ``warmup_seconds``, the
 later ones (the device is warm by then; only the new process's first-call costs are
-left) for ``warmup_seconds / K``. Every :class:`Sample` carries its replicate.
+left) for ``warmup_seconds / K``. The first process to measure a case calibrates each
+side's block; the later ones time blocks of as many calls. Every :class:`Sample`
+carries its replicate.
 
 **Repeated looks.** The interval is checked every ~10% more rounds, and sampling stops
 the first time it is narrow enough. The rule stops on the interval's *width*, never on
@@ -273,14 +275,17 @@ def _own_width(samples: Sequence[Sample], replicate: int, settings: MeasureSetti
 
 def _sample_rounds(case: str, fns: Mapping[str, Callable[[], Any]], timer: Timer, settings: MeasureSettings,
                    budget: Share, *, replicate: int, rng: random.Random, clock: Callable[[], float],
-                   progress: Optional[ProgressFn]) -> Tuple[List[Sample], str, float]:
+                   progress: Optional[ProgressFn],
+                   numbers: Optional[Mapping[str, int]] = None) -> Tuple[List[Sample], str, float]:
     """One process's rounds of one case: until its own interval is within
     ``budget.target`` (checked from ``min_rounds`` and ``min_seconds`` on, every ~10%
-    more rounds) or its budget is spent. Returns the samples, why it stopped, and the
-    timed seconds."""
+    more rounds) or its budget is spent. ``numbers``: each side's calls a block, where an
+    earlier process calibrated them; else calibrated here. Returns the samples, why it
+    stopped, and the timed seconds."""
     for side in SIDES:
         _warm_up(fns[side], budget.warmup_seconds / 2, clock)
-    number = {side: calibrate(timer, fns[side], settings.min_block_seconds) for side in SIDES}
+    number = {side: int(numbers[side]) if numbers and numbers.get(side) else
+              calibrate(timer, fns[side], settings.min_block_seconds) for side in SIDES}
 
     samples: list[Sample] = []
     timed = 0.0
@@ -444,7 +449,11 @@ def measure_replicated(
     error kept; a replicate that fails to open ends the loop, and every case not yet
     finished gets that error. A case's stop reason is the target when the interval over
     all its processes is within ``target_ci``; otherwise the first process's reason for
-    stopping short, or :data:`STOP_SPREAD` when each process reached its own target."""
+    stopping short, or :data:`STOP_SPREAD` when each process reached its own target.
+
+    Each case's blocks are calibrated once, in the first replicate that measures it; the
+    later ones time blocks of as many calls (with the sides in workers each of
+    :func:`calibrate`'s blocks is a request of its own)."""
     k = max(1, settings.processes)
     got: Dict[str, List[Sample]] = {c: [] for c in cases}
     reasons: Dict[str, List[str]] = {c: [] for c in cases}
@@ -453,6 +462,7 @@ def measure_replicated(
     method: Dict[str, str] = {}
     info: Dict[str, Optional[TimerInfo]] = {}
     errors: Dict[str, BaseException] = {}
+    numbers: Dict[str, Dict[str, int]] = {}  # each case's calls a block, by side, from its first replicate
     for r in range(k):
         try:
             rep = open_replicate(r)
@@ -469,12 +479,14 @@ def measure_replicated(
                     sides = rep.sides(c)
                     samples, why, secs = _sample_rounds(
                         c, {"baseline": sides.baseline, "candidate": sides.candidate}, sides.timer, settings,
-                        share(settings, k, r), replicate=r, rng=rng, clock=clock, progress=progress)
+                        share(settings, k, r), replicate=r, rng=rng, clock=clock, progress=progress,
+                        numbers=numbers.get(c))
                     rep.finish(c)
                 except Exception as e:
                     errors[c] = e
                     continue
                 got[c] += samples
+                numbers.setdefault(c, {x.side: x.number for x in samples})
                 reasons[c].append(why)
                 timed[c] += secs
                 wall[c] += clock() - t0
