@@ -140,8 +140,8 @@ def test_a_segment_keeps_a_side_s_run_within_its_seconds_and_rounds(block_s, wan
 
 def test_segments_keep_the_order_random_and_cancel_linear_drift():
     # The same 20%/s drift as above, through a batching timer: a segment's rounds pair
-    # blocks up to 2 * SEGMENT_ROUNDS - 1 apart, and the order drawn per segment cancels
-    # what that costs.
+    # blocks up to SEGMENT_ROUNDS apart, and the order drawn per segment cancels what
+    # that costs.
     clock = FakeClock()
     timer = BatchTimer(clock, seed=4, sigma=0.005, drift=0.2)
     many = MeasureSettings(warmup_seconds=0.01, min_rounds=400, min_seconds=0.05, max_seconds=5.0, target_ci=0.01,

@@ -24,9 +24,10 @@ sides in turn, and each turn is a request and a hand-over; so a batch's rounds g
 segments (:func:`plan_batch`): one order drawn per segment, each side's blocks of the
 segment's rounds in one run, a run at most :data:`SEGMENT_SECONDS` of timed work and
 :data:`SEGMENT_ROUNDS` rounds. Both blocks of a round then stand at the same place in
-their side's run, the random order still falls on each segment, and the requests per
-round fall from about 1.5 to 2 a segment. Each sample's ``t_start``/``t_end`` is then its share of the batch's
-span on this process's clock, in proportion to its timed work.
+their side's run, the random order still falls on each segment, and a segment takes two
+requests where each of its rounds took about 1.5. Each sample's ``t_start``/``t_end`` is
+then its share of the batch's span on this process's clock, in proportion to its timed
+work.
 
 **Two figures.** A timer with more than one figure per block (the CUDA timer with
 kernel time) gives its account of each block as a :class:`~.timer.BlockTiming`: in
@@ -182,7 +183,7 @@ def plan_batch(first_round: int, rounds: int, segment: int, rng: random.Random) 
     of the sides and runs the first side's blocks of its rounds, then the other's: round
     ``i`` of a segment pairs each side's ``i``-th block there, so that both blocks of a
     round stand at the same place in their side's run (the first after a hand-over, the
-    second...) and at most ``2 * segment - 1`` blocks apart. ``position`` is the side's
+    second...), as many blocks apart as the segment has rounds. ``position`` is the side's
     place in the segment's order. With ``segment=1`` every round draws its own order."""
     plan: List[Tuple[int, int, str]] = []
     for start in range(0, rounds, max(1, segment)):
