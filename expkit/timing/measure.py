@@ -19,15 +19,13 @@ A timer that offers ``sample_batch`` (``bench.envelope.SessionTimer``, whose blo
 worker process) gets the rounds up to the next stopping check in one request: their
 order is drawn here before the request, nothing is decided between two checks, and
 one round trip per batch instead of per block keeps the parent's wake-up latency out
-of the run time. Where each side runs in its own process, a batch's blocks go to the two
-sides in turn, and each turn is a request and a hand-over; so a batch's rounds go in
-segments (:func:`plan_batch`): one order drawn per segment, each side's blocks of the
-segment's rounds in one run, a run at most :data:`SEGMENT_SECONDS` of timed work and
-:data:`SEGMENT_ROUNDS` rounds. Both blocks of a round then stand at the same place in
-their side's run, the random order still falls on each segment, and a segment takes two
-requests where each of its rounds took about 1.5. Each sample's ``t_start``/``t_end`` is
-then its share of the batch's span on this process's clock, in proportion to its timed
-work.
+of the run time. Each round still draws its own order and pairs two blocks timed next
+to each other: running a batch's rounds in segments, each side's blocks of several
+rounds back to back (fewer requests between the workers), was tried and reverted, since
+pairing blocks further apart cancelled less of the noise they share and honest runs at
+``default`` timed two to four times as much to reach their target
+(``docs/defence-cost.md``). Each sample's ``t_start``/``t_end`` is then its share of the
+batch's span on this process's clock, in proportion to its timed work.
 
 **Two figures.** A timer with more than one figure per block (the CUDA timer with
 kernel time) gives its account of each block as a :class:`~.timer.BlockTiming`: in
@@ -160,39 +158,6 @@ def _warm_up(fn: Callable[[], Any], seconds: float, clock: Callable[[], float]) 
 
 #: The most rounds one batch may hold (a timer with ``sample_batch``).
 MAX_BATCH_ROUNDS = 64
-#: The most rounds one segment of a batch may hold, and the most timed seconds of one
-#: side's blocks in it (:func:`plan_batch`).
-SEGMENT_ROUNDS = 8
-SEGMENT_SECONDS = 0.025
-
-
-def segment_rounds(block_s: Optional[float]) -> int:
-    """How many rounds one segment of a batch holds, when a side's longest block took
-    ``block_s`` timed seconds in the batch before (None: the first batch, one round):
-    as many as keep each side's run of blocks within :data:`SEGMENT_SECONDS`, at most
-    :data:`SEGMENT_ROUNDS`, at least one."""
-    if not block_s or block_s <= 0:
-        return 1
-    return max(1, min(SEGMENT_ROUNDS, int(SEGMENT_SECONDS / block_s)))
-
-
-def plan_batch(first_round: int, rounds: int, segment: int, rng: random.Random) -> List[Tuple[int, int, str]]:
-    """A batch's blocks in the order they run: (round, position, side) each.
-
-    The batch's rounds go in segments of ``segment`` rounds. Each segment draws one order
-    of the sides and runs the first side's blocks of its rounds, then the other's: round
-    ``i`` of a segment pairs each side's ``i``-th block there, so that both blocks of a
-    round stand at the same place in their side's run (the first after a hand-over, the
-    second...), as many blocks apart as the segment has rounds. ``position`` is the side's
-    place in the segment's order. With ``segment=1`` every round draws its own order."""
-    plan: List[Tuple[int, int, str]] = []
-    for start in range(0, rounds, max(1, segment)):
-        n = min(max(1, segment), rounds - start)
-        order = list(SIDES)
-        rng.shuffle(order)
-        for position, side in enumerate(order):
-            plan += [(first_round + start + i, position, side) for i in range(n)]
-    return plan
 
 
 @dataclass(frozen=True)
@@ -294,11 +259,14 @@ def _sample_rounds(case: str, fns: Mapping[str, Callable[[], Any]], timer: Timer
     next_check = budget.min_rounds
     batch = getattr(timer, "sample_batch", None)
     round_s: Optional[float] = None  # timed seconds of the last round, to size batches
-    block_s: Optional[float] = None  # a side's longest block in the last batch, to size segments
     rnd = 0
     while rnd < budget.max_rounds:
         k = 1 if batch is None else _batch_rounds(rnd, next_check, timed, round_s, budget)
-        plan = plan_batch(rnd, k, 1 if batch is None else segment_rounds(block_s), rng)
+        plan = []
+        for r in range(k):
+            order = list(SIDES)
+            rng.shuffle(order)
+            plan += [(rnd + r, position, side) for position, side in enumerate(order)]
         if batch is None:
             for r, position, side in plan:
                 t0 = clock()
@@ -324,7 +292,6 @@ def _sample_rounds(case: str, fns: Mapping[str, Callable[[], Any]], timer: Timer
                 at += w * scale
                 timed += g.seconds * number[side]
         round_s = sum(s.seconds * s.number for s in samples[-2 * k:]) / k
-        block_s = max(s.seconds * s.number for s in samples[-2 * k:])
         rnd += k
         rounds = rnd
         width: Optional[float] = None
