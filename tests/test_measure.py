@@ -246,7 +246,7 @@ def test_a_process_effect_widens_the_interval_to_cover_the_truth():
         covered += est.ci_low <= 2.0 <= est.ci_high
         one_covered += one.ci_low <= 2.0 <= one.ci_high
         ratios.append(est.relative_half_width / one.relative_half_width)
-        assert est.process_spread > 0.01
+        assert est.process_spread > 0.02
         # every process met its own target; the spread between them did not fit the total target
         assert cs.stopped == measure.STOP_SPREAD and cs.budget_spent
     assert covered >= 9 and one_covered <= 5
