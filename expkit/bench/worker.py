@@ -32,6 +32,22 @@ def _redirect(fd: int, path: str) -> None:
     os.close(new)
 
 
+def _std_streams_to_fds() -> None:
+    """``sys.stdout`` and ``sys.stderr`` writing to descriptors 1 and 2, which now go to the
+    evidence files. A worker forked from a parent whose streams were replaced (pytest's
+    capture, a notebook) inherits those objects, and what the side's code printed, a CUDA
+    fault's text among it, went to the parent's capture instead of the file the worker's
+    death is diagnosed from."""
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        stream = getattr(sys, name, None)
+        try:
+            if stream is not None and stream.fileno() == fd:
+                continue
+        except (AttributeError, OSError, ValueError):
+            pass
+        setattr(sys, name, open(fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False))
+
+
 def release_forkserver_pipe() -> None:
     """Close this process's copy of the fork server's liveness pipe (CPython's private
     attribute, 3.8 to 3.13; where it is missing nothing is closed). See the callers for
@@ -109,6 +125,7 @@ def worker_main(req: Any, rep: Any, manifest_path: str, settings: Any, device: s
     sys.stderr.flush()
     _redirect(1, stdout_path)
     _redirect(2, stderr_path)
+    _std_streams_to_fds()
     rfd, wfd = req.fileno(), rep.fileno()
     head = read_exact(rfd, HEADER.size, None, None)
     magic, n, _ = HEADER.unpack(head)
