@@ -20,8 +20,9 @@ inputs, rechecks, the envelope, the preflight's extra calls).
 per call or per block, over many repetitions (the median of 7 rounds): the function
 snapshot's hot check (the lead calls it before and after each timed block), the
 global-state snapshot, the CPU-time account's ``begin()`` + ``end()``, the child-process
-count, the rounding oracle against ``allclose`` on one output, and the profiled identity
-call with and without the operand record. A per-block cost is to be read against a
+count, the rounding oracle against ``allclose`` on one output, the profiled identity
+call with and without the operand record, and the work around every timed call (the
+thread count, twice a call, the old way and the new, and the fresh inputs' salt). A per-block cost is to be read against a
 block's length (at least the clock's resolution times the calls in it: milliseconds).
 
 The table gives, per manifest and way: the median wall time of the whole run, of
@@ -127,6 +128,20 @@ def micro() -> List[Dict[str, Any]]:
         trace.parse_chrome_trace(recording.exported(prof, cuda=False))
 
     rows.append(("identity: the same without them (before)", "", _per_call(plain, 3)))
+    # Per timed call (the defended CPU loop, bench/side.py CaseState.before/after): twice a call.
+    import random
+    import threading
+
+    from expkit.bench.fresh import FreshInputs
+
+    gemv = FreshInputs([(torch.randn(64, 128, generator=g), torch.randn(128, generator=g))], "salt",
+                       random.Random(0))
+    rows += [
+        ("per call: threading.active_count() (the thread count before)", "",
+         _per_call(threading.active_count, 100_000)),
+        ("per call: activity.thread_count() (_thread._count, now)", "", _per_call(activity.thread_count, 100_000)),
+        ("per call: FreshInputs.take() (salt) on a 64x128 GEMV's inputs", "", _per_call(gemv.take, 100_000)),
+    ]
     return [{"check": n, "note": note, "seconds": sec} for n, note, sec in rows]
 
 
@@ -138,7 +153,8 @@ def main(argv: List[str] | None = None) -> int:
         print("| check | per call | note |")
         print("|---|---|---|")
         for r in out:
-            print(f"| {r['check']} | {r['seconds'] * 1e6:,.1f} us | {r['note']} |")
+            us = r["seconds"] * 1e6
+            print(f"| {r['check']} | {us:,.{2 if us < 10 else 1}f} us | {r['note']} |")
         return 0
     extra: List[str] = []
     if "--" in argv:

@@ -121,6 +121,48 @@ def test_function_snapshot_sees_a_replaced_clock_and_a_swapped_code(monkeypatch)
     assert snap.changed() == []
 
 
+def test_the_hot_check_sees_the_thread_counter_replaced_where_the_harness_reads_it(monkeypatch):
+    """The per-call thread count reads ``_thread._count`` through a name of expkit's own; a
+    replacement of either, one that always says no thread started, is a tamper finding."""
+    import _thread
+
+    from expkit.bench import side as side_module
+
+    snap = FunctionSnapshot.take()
+    for owner, attr, name in ((_thread, "_count", "_thread._count"),
+                              (side_module, "thread_count", "expkit.bench.side.thread_count"),
+                              (activity, "thread_count", "expkit.checks.activity.thread_count")):
+        monkeypatch.setattr(owner, attr, lambda: 0)
+        assert f"{name} (replaced)" in snap.changed(hot_only=True, gpu=False)
+        monkeypatch.undo()
+    assert snap.changed(hot_only=True, gpu=False) == []
+
+
+def test_the_thread_count_sees_a_thread_started_below_threading():
+    """``_thread.start_new_thread`` makes a thread ``threading`` never lists; the count read
+    around each timed call sees it while it runs."""
+    import _thread
+
+    before = activity.thread_count()
+    release, started = threading.Event(), threading.Event()
+
+    def body():
+        started.set()
+        release.wait(5.0)
+
+    _thread.start_new_thread(body, ())
+    assert started.wait(5.0)
+    try:
+        assert activity.thread_count() == before + 1
+        assert threading.active_count() == len(threading.enumerate())  # not listed there
+    finally:
+        release.set()
+    deadline = time.monotonic() + 5.0
+    while activity.thread_count() > before and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert activity.thread_count() == before
+
+
 # --- threads -------------------------------------------------------------------------------
 
 def test_a_thread_still_working_after_the_call_is_seen_and_a_parked_pool_is_not():

@@ -34,12 +34,11 @@ import importlib
 import os
 import random
 import sys
-import threading
 from dataclasses import asdict
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ..checks import oracles, preflight
-from ..checks.activity import THREADS, ResourceAccount, activity, new_activity, set_cpu_threads, settle
+from ..checks.activity import THREADS, ResourceAccount, activity, new_activity, set_cpu_threads, settle, thread_count
 from ..checks.code_digest import imported_code
 from ..checks.global_state import GLOBAL_STATE, snapshot_state, state_changes
 from ..core.findings import WARNING, Finding
@@ -446,7 +445,7 @@ class CaseState:
     def before(self) -> None:
         # On the GPU there is no hook after a call: a thread the previous call left
         # running shows up here, before the next one.
-        n = threading.active_count()
+        n = thread_count()
         if n > self._threads:
             self.leaked_threads += 1
         self._threads = n
@@ -456,7 +455,7 @@ class CaseState:
             self._pristine = self.args  # the memory plan has no room for a copy: see memory.py
 
     def after(self) -> None:
-        if threading.active_count() > self._threads:
+        if thread_count() > self._threads:
             self.leaked_threads += 1
 
     def _make_call(self) -> Callable[[], None]:
@@ -473,7 +472,7 @@ class CaseState:
 
     def begin(self, keep_at: Optional[int]) -> None:
         self.keep_at, self.calls, self.kept = keep_at, 0, None
-        self._threads = threading.active_count()
+        self._threads = thread_count()
         if not self.per_call_hook:
             self.args, self._pristine = self.fresh.take(keep_at is not None and self.keep_pristine)
 

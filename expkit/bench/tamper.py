@@ -33,10 +33,13 @@ from itertools import repeat
 from typing import Any, Dict, Iterable, List, Tuple
 
 TAMPER = "tamper"
-#: Functions outside expkit that the harness's timing and checking rely on.
+#: Functions outside expkit that the harness's timing and checking rely on, and where expkit binds
+#: one of them to a name of its own (``thread_count``: a builtin, which the sweep of expkit's
+#: modules in :meth:`FunctionSnapshot.take` does not record), that name.
 WATCHED: Tuple[str, ...] = (
     "time.perf_counter", "time.perf_counter_ns", "time.monotonic", "time.monotonic_ns", "time.time",
     "time.time_ns", "time.process_time", "time.sleep", "threading.active_count", "threading.enumerate",
+    "_thread._count", "expkit.checks.activity.thread_count", "expkit.bench.side.thread_count",
     "gc.disable", "gc.enable", "gc.isenabled", "os.write", "os.read",
     "torch.cuda.synchronize", "torch.cuda.Event", "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time",
     "torch.cuda.Event.query", "torch.cuda.Event.synchronize", "torch.cuda.current_stream", "torch.cuda._sleep",
@@ -64,7 +67,8 @@ HARNESS_TORCH: Tuple[str, ...] = (
 )
 
 #: The subset checked after every timed block: the clocks and what the recheck calls.
-HOT_PREFIXES = ("time.", "torch.", "gc.", "threading.", "expkit.timing.timer.", "expkit.timing.cuda_timer.",
+HOT_PREFIXES = ("time.", "torch.", "gc.", "threading.", "_thread.", "expkit.checks.activity.thread_count",
+                "expkit.bench.side.thread_count", "expkit.timing.timer.", "expkit.timing.cuda_timer.",
                 "expkit.checks.oracles.", "expkit.timing.per_call.", "expkit.timing.kernel_time.",
                 "expkit.timing.cupti_recorder.", "expkit.bench.fresh.FreshInputs",
                 "expkit.bench.side.CaseState", "expkit.bench.judge.Judge.recheck")

@@ -43,6 +43,15 @@ except ImportError:  # not a Unix
 
 THREADS = "threads"
 RESOURCES = "resources"
+
+#: The Python threads running now, less the main one: ``_thread._count``, the interpreter's
+#: own counter (a private name of the standard library, there since Python 2 and what
+#: CPython's own test helpers count threads with). Read twice around every timed call, it
+#: costs 0.03 us where ``threading.active_count()`` (a lock and two dictionaries) costs 0.30
+#: on the 2-core machine (``benchmarks/results/cpu-2026-11-26h/micro.md``), and it also counts
+#: threads started with ``_thread.start_new_thread``, which ``threading`` never lists. The
+#: fallback, where it is missing, is ``threading``'s count.
+thread_count: Callable[[], int] = getattr(__import__("_thread"), "_count", None) or threading.active_count
 GPU_PROCESSES = "gpu-processes"
 
 
