@@ -31,6 +31,36 @@ def test_a_ledger_counts_times_and_keeps_the_largest_host_peak():
     assert rows["judge"]["peak_rss"] >= rows["trial_call"]["peak_rss"]
 
 
+def test_a_run_of_requests_of_one_name_resets_and_reads_the_host_peak_once(monkeypatch):
+    """Blocks one after another: one reset before the first, one read when a request of another
+    name begins (or the ledger is read), and the run's row keeps the largest peak among them."""
+    calls = {"reset": 0, "read": 0}
+    rss = iter([100, 300, 200, 50]).__next__
+
+    def reset():
+        calls["reset"] += 1
+        return True
+
+    def read():
+        calls["read"] += 1
+        return (0, rss())
+
+    monkeypatch.setattr(ledger, "host_peak_reset", reset)
+    monkeypatch.setattr(ledger, "host_rss", read)
+    book = ledger.Ledger("cpu")
+    for op in ("prepare", "block", "block", "block", "recheck", "block"):
+        book.start(op)
+        book.stop(op)
+    assert calls == {"reset": 4, "read": 3}  # before prepare, the first block, recheck, the last block
+    rows = book.to_dict()
+    assert calls["read"] == 4
+    assert rows["prepare"]["peak_rss"] == 100 and rows["block"]["count"] == 4
+    assert rows["block"]["peak_rss"] == 300 and rows["recheck"]["peak_rss"] == 200
+    book.start()  # no name: a reset, as before every request
+    book.stop("x")
+    assert calls == {"reset": 5, "read": 4}
+
+
 def test_merging_two_pairs_ledgers_adds_counts_and_seconds_and_keeps_the_larger_peak():
     a = {"block": {"count": 3, "seconds": 1.5, "peak_allocated": 10, "peak_reserved": 20, "peak_rss": None}}
     b = {"block": {"count": 2, "seconds": 0.5, "peak_allocated": 30, "peak_reserved": 5, "peak_rss": 7},

@@ -12,7 +12,14 @@ own work explains), so a run's ``result.json``
 (``memory.measured``) and report say in which stage each side's memory peaked and how
 long each stage took, without a profiler.
 
-Reading the peaks happens between requests, never inside a timed block. It reads the
+Reading the peaks happens between requests, never inside a timed block. The host's
+high-water mark is reset when a request of another name than the last begins, and read when
+the next such request begins (or the ledger is read). Over a run of requests of one name
+(a side's timed blocks, one after another) the mark is the largest of their peaks: the
+harness does nothing between two requests, so the resident set there is no larger than at
+the end of the first (memory that a thread of the side's own code takes between requests
+counts too). One reset and one read serve the run where each request took both (36 us a
+block request on the 2-core machine, ``benchmarks/results/cpu-2026-11-26h/README.md``). It reads the
 allocator's statistics once at each end, as torch returns them (nested): torch's
 ``memory_allocated`` and ``max_memory_*`` each flatten every statistic into a sorted dict,
 which cost 181-184 us a request on an H200 against 27-28 us for the nested reads
@@ -38,6 +45,7 @@ class Ledger:
         self.rows: Dict[str, Dict[str, Any]] = {}
         self._t0 = 0.0
         self._held: Optional[int] = None
+        self._host_op: Optional[str] = None  # the request name whose host peak is still to be read
 
     def _cuda(self) -> Any:
         if self.device != "cuda":
@@ -46,7 +54,8 @@ class Ledger:
 
         return torch.cuda if torch.cuda.is_initialized() else None
 
-    def start(self) -> None:
+    def start(self, op: Optional[str] = None) -> None:
+        """Before request ``op`` (None: a name unlike the last's)."""
         cuda = self._cuda()
         self._held = None
         try:
@@ -55,7 +64,9 @@ class Ledger:
                 cuda.reset_peak_memory_stats()
         except Exception:  # a measurement aid never fails a request (a broken CUDA context, say)
             pass
-        host_peak_reset()
+        if op is None or op != self._host_op:
+            self._read_host()
+            host_peak_reset()
         self._t0 = time.perf_counter()
 
     def stop(self, op: str) -> None:
@@ -65,7 +76,8 @@ class Ledger:
         row["count"] += 1
         row["seconds"] += seconds
         cuda = self._cuda()
-        got = {"peak_rss": host_rss()[1], "held_allocated": self._held}
+        self._host_op = op
+        got: Dict[str, Any] = {"held_allocated": self._held}
         try:
             if cuda is not None:
                 stats = cuda.memory_stats_as_nested_dict()
@@ -73,12 +85,23 @@ class Ledger:
                            peak_reserved=_device_bytes(stats, "reserved_bytes", "peak"))
         except Exception:  # as in start(): the request's own outcome stands
             pass
-        for k, v in got.items():
-            if v is not None:
-                row[k] = v if row[k] is None else max(row[k], v)
+        _fold(row, got)
+
+    def _read_host(self) -> None:
+        """The host high-water mark since the last reset, into the row of the requests it covers."""
+        op, self._host_op = self._host_op, None
+        if op is not None:
+            _fold(self.rows[op], {"peak_rss": host_rss()[1]})
 
     def to_dict(self) -> Dict[str, Dict[str, Any]]:
+        self._read_host()
         return {op: {k: (round(r[k], 4) if k == "seconds" else r[k]) for k in FIELDS} for op, r in self.rows.items()}
+
+
+def _fold(row: Dict[str, Any], got: Mapping[str, Any]) -> None:
+    for k, v in got.items():
+        if v is not None:
+            row[k] = v if row[k] is None else max(row[k], v)
 
 
 def merge(into: Optional[Mapping[str, Mapping[str, Any]]], more: Optional[Mapping[str, Mapping[str, Any]]]

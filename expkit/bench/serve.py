@@ -77,7 +77,7 @@ class Server:
         fn = self._ops.get(str(op))
         if fn is None:
             raise UnknownRequest(f"unknown request {op!r}")
-        self.ledger.start()
+        self.ledger.start(str(op))
         self.relay.work()
         try:
             return fn(msg)
