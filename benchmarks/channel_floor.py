@@ -3,7 +3,7 @@ processes cost on this machine, with nothing of the harness's checks in them.
 
 Usage::
 
-    python benchmarks/channel_floor.py [--rounds 3000] [--busy-us 2000]
+    python benchmarks/channel_floor.py [--rounds 3000] [--busy-us 2000] [--pinned]
 
 A parent and a forked child exchange one request and one reply per round, through two
 pipes, three ways: bare bytes (``os.write`` / ``os.read``), and expkit's authenticated
@@ -14,7 +14,9 @@ as the harness sees it: the parent asleep in ``read`` while the child works, the
 The table gives the median and the 90th percentile of the round trip less the child's
 spin, and that median as a share of the spin: the part of a block's wall time that a
 parent-worker round trip alone costs, before any check. Issue 13's cost target (5% of
-``honest-win``'s 2 ms blocks at ``quick``) is to be read against it.
+``honest-win``'s 2 ms blocks at ``quick``) is to be read against it. ``--pinned`` puts both
+processes on one core (the highest-numbered), as a CPU run's relay does
+(``defences.pin_cores``, ``bench/cores.py``).
 """
 
 from __future__ import annotations
@@ -42,17 +44,33 @@ def spin(us: float) -> None:
         pass
 
 
-def bare(rounds: int, busy_us: float) -> list:
+def _pin(pinned: bool) -> object:
+    """This process on the highest-numbered core it may use; the cores it had, or None."""
+    if not pinned or not hasattr(os, "sched_setaffinity"):
+        return None
+    had = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {max(had)})
+    return had
+
+
+def _unpin(had: object) -> None:
+    if had:
+        os.sched_setaffinity(0, had)
+
+
+def bare(rounds: int, busy_us: float, pinned: bool = False) -> list:
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()
     body_req, body_rep = json.dumps(REQUEST).encode(), json.dumps(REPLY).encode()
     pid = os.fork()
     if pid == 0:
+        _pin(pinned)
         for _ in range(rounds):
             os.read(req_r, 4096)
             spin(busy_us)
             os.write(rep_w, body_rep)
         os._exit(0)
+    wide = _pin(pinned)
     out = []
     for _ in range(rounds):
         t0 = time.perf_counter()
@@ -60,12 +78,13 @@ def bare(rounds: int, busy_us: float) -> list:
         os.read(rep_r, 4096)
         out.append(time.perf_counter() - t0)
     os.waitpid(pid, 0)
+    _unpin(wide)
     for fd in (req_r, req_w, rep_r, rep_w):
         os.close(fd)
     return out
 
 
-def framed(rounds: int, busy_us: float) -> list:
+def framed(rounds: int, busy_us: float, pinned: bool = False) -> list:
     from expkit.bench.channel import Channel
 
     req_r, req_w = os.pipe()
@@ -73,12 +92,14 @@ def framed(rounds: int, busy_us: float) -> list:
     key = os.urandom(32)
     pid = os.fork()
     if pid == 0:
+        _pin(pinned)
         ch = Channel(req_r, rep_w, key)
         for _ in range(rounds):
             ch.recv()
             spin(busy_us)
             ch.send(REPLY)
         os._exit(0)
+    wide = _pin(pinned)
     ch = Channel(rep_r, req_w, key)
     out = []
     for _ in range(rounds):
@@ -87,6 +108,7 @@ def framed(rounds: int, busy_us: float) -> list:
         ch.recv(timeout=10.0)
         out.append(time.perf_counter() - t0)
     os.waitpid(pid, 0)
+    _unpin(wide)
     return out
 
 
@@ -94,13 +116,15 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=3000)
     p.add_argument("--busy-us", type=float, nargs="*", default=[0.0, 2000.0])
+    p.add_argument("--pinned", action="store_true", help="both processes on one core, as a CPU run's relay")
     a = p.parse_args()
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, Python {sys.version.split()[0]}\n")
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, Python {sys.version.split()[0]}"
+          f"{', both processes on one core' if a.pinned else ''}\n")
     print("| channel | child's spin (us) | rounds | round trip less spin: median us | p90 us | median / spin |")
     print("|---|---|---|---|---|---|")
     for busy in a.busy_us:
         for name, fn in (("bare pipes", bare), ("expkit Channel (JSON + HMAC)", framed)):
-            got = sorted((t * 1e6 - busy) for t in fn(a.rounds, busy)[a.rounds // 10:])
+            got = sorted((t * 1e6 - busy) for t in fn(a.rounds, busy, a.pinned)[a.rounds // 10:])
             med, p90 = statistics.median(got), got[int(0.9 * len(got))]
             share = f"{med / busy:.1%}" if busy else "-"
             print(f"| {name} | {busy:.0f} | {a.rounds} | {med:.1f} | {p90:.1f} | {share} |")
