@@ -24,6 +24,7 @@ The preflight and the bench both apply these checks, so they live here, below bo
 
 from __future__ import annotations
 
+import _thread
 import math
 import os
 import re
@@ -43,6 +44,7 @@ except ImportError:  # not a Unix
 
 THREADS = "threads"
 RESOURCES = "resources"
+GPU_PROCESSES = "gpu-processes"
 
 #: The Python threads running now, less the main one: ``_thread._count``, the interpreter's
 #: own counter (a private name of the standard library, there since Python 2 and what
@@ -51,8 +53,7 @@ RESOURCES = "resources"
 #: on the 2-core machine (``benchmarks/results/cpu-2026-11-26h/micro.md``), and it also counts
 #: threads started with ``_thread.start_new_thread``, which ``threading`` never lists. The
 #: fallback, where it is missing, is ``threading``'s count.
-thread_count: Callable[[], int] = getattr(__import__("_thread"), "_count", None) or threading.active_count
-GPU_PROCESSES = "gpu-processes"
+thread_count: Callable[[], int] = getattr(_thread, "_count", None) or threading.active_count
 
 
 @dataclass(frozen=True)
