@@ -45,17 +45,18 @@ def spin(us: float) -> None:
 
 
 def _pin(pinned: bool) -> object:
-    """This process on the highest-numbered core it may use; the cores it had, or None."""
-    if not pinned or not hasattr(os, "sched_setaffinity"):
-        return None
-    had = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {max(had)})
-    return had
+    """This process on the highest-numbered of its cores, through the relay's own
+    :func:`expkit.bench.cores.pin`; what :func:`_unpin` needs to give them back."""
+    from expkit.bench import cores
+
+    had = cores.current() if pinned else None
+    return cores.pin(frozenset({max(had)})) if had else None
 
 
 def _unpin(had: object) -> None:
-    if had:
-        os.sched_setaffinity(0, had)
+    from expkit.bench import cores
+
+    cores.unpin(had)  # type: ignore[arg-type]
 
 
 def bare(rounds: int, busy_us: float, pinned: bool = False) -> list:
