@@ -53,13 +53,18 @@ def test_a_patch_made_during_a_block_is_in_that_blocks_reply_once():
         side.close()
 
 
-def test_a_thread_left_running_by_a_block_is_in_its_reply():
+def _still_working(stop: threading.Event) -> None:
+    while not stop.is_set():  # the candidate's own code, on a CPU: not parked
+        sum(range(1000))
+
+
+def test_a_thread_left_working_by_a_block_is_in_its_reply():
     stop = threading.Event()
     threads = []
 
     def fn(a):
         if not threads:
-            threads.append(threading.Thread(target=stop.wait, name="after-return", daemon=True))
+            threads.append(threading.Thread(target=_still_working, args=(stop,), name="after-return", daemon=True))
             threads[0].start()
         return a * 2
     side = _side(fn)
@@ -69,6 +74,56 @@ def test_a_thread_left_running_by_a_block_is_in_its_reply():
     finally:
         stop.set()
         threads[0].join(5)
+        side.close()
+
+
+def test_a_pool_that_grows_in_the_middle_of_a_block_is_no_finding():
+    """The third call starts a thread that then waits for work, as a pool started on first use
+    does when its first worker is still busy: until each new thread was counted once, it
+    counted for the call that left it and again for the next (benchmarks/results/cpu-2026-11-27/pool_growth.md)."""
+    stop = threading.Event()
+    threads, calls = [], []
+
+    def fn(a):
+        calls.append(1)
+        if len(calls) == 3:
+            threads.append(threading.Thread(target=stop.wait, name="pool-worker", daemon=True))
+            threads[0].start()
+        return a * 2
+    side = _side(fn)
+    try:
+        assert _checks(side.block(8), "threads") == []
+        assert threads and threads[0].is_alive()
+    finally:
+        stop.set()
+        threads[0].join(5)
+        side.close()
+
+
+def test_a_new_parked_thread_per_call_is_a_finding_beyond_what_a_pool_adds():
+    """A candidate that hands each call's last part to a new thread, which parks once done,
+    looks like a pool growing by one worker a call: past ``POOL_THREADS`` a case, each counts."""
+    from expkit.bench.block_checks import POOL_THREADS
+
+    stop = threading.Event()
+    threads = []
+
+    def fn(a):
+        t = threading.Thread(target=stop.wait, name="parked-after-work", daemon=True)
+        t.start()
+        threads.append(t)
+        return a * 2
+    side = _side(fn)
+    try:
+        first = _checks(side.block(POOL_THREADS), "threads")
+        assert first == []  # within what a pool may add
+        got = _checks(side.block(8), "threads")
+        assert got and got[0]["message"].startswith("candidate: 8 call(s) left a new thread"), got
+        assert f"beyond the {POOL_THREADS} parked threads" in got[0]["message"]
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(5)
         side.close()
 
 

@@ -417,6 +417,7 @@ class CaseState:
         self._pristine: Optional[Tuple[Any, ...]] = None
         self._threads = 0
         self.leaked_threads = 0
+        self.pool_threads = 0  # new parked threads excused so far (block_checks.after_block)
         self.reported: set = set()
         from ..timing.factory import side_timer
 
@@ -455,8 +456,9 @@ class CaseState:
             self._pristine = self.args  # the memory plan has no room for a copy: see memory.py
 
     def after(self) -> None:
-        if thread_count() > self._threads:
-            self.leaked_threads += 1
+        n = thread_count()
+        self.leaked_threads += n > self._threads
+        self._threads = n  # counted once: the next call's before() starts from this count
 
     def _make_call(self) -> Callable[[], None]:
         fn = self.bench.fn

@@ -42,6 +42,7 @@ BAD: Dict[str, Tuple[str, FrozenSet[str], str]] = {
     "replay_cache": ("invalid", frozenset({"recheck"}), "c"),
     "input_zeroer": ("invalid", frozenset({"inputs"}), "c"),
     "thread_defer": ("invalid", frozenset({"threads"}), "c"),
+    "parked_defer": ("invalid", frozenset({"threads"}), "c"),
     "child_process": ("invalid", frozenset({"threads"}), "c"),
     "lazy_result": ("invalid", frozenset({"output"}), "c"),
     "timer_patch": ("invalid", frozenset({"tamper"}), ""),

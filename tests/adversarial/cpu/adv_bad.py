@@ -87,6 +87,21 @@ def thread_defer(x: Tensor) -> Tensor:
     return out
 
 
+# 6a. Returns at once and fills the output from a new thread that then parks, as a pool's
+# worker waits for work: one such thread a call. Its wait in the standard library's code
+# looks like a pool that grew, which a case may do by POOL_THREADS threads, not by one a call.
+def parked_defer(x: Tensor) -> Tensor:
+    out = torch.empty_like(x)
+    out[:1] = torch.ops.adv.scale(x[:1])  # the declared op, on the calling thread
+
+    def later() -> None:
+        out[1:] = torch.ops.adv.scale(x[1:])
+        threading.Event().wait(30.0)
+
+    threading.Thread(target=later, name="parked-defer", daemon=True).start()
+    return out
+
+
 # 6b. Leaves a child process running (work that outlives the call).
 def child_process(x: Tensor) -> Tensor:
     subprocess.Popen(["sleep", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
