@@ -16,6 +16,7 @@ phase on it nor on a 16-core H100 host beyond the runs' spread
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, List
 
@@ -26,14 +27,14 @@ from ..core.findings import Finding
 
 #: The new threads a case's timed calls may leave parked, waiting for work, before each
 #: further one counts as a call that left a thread behind: a pool started on first use
-#: (``concurrent.futures.ThreadPoolExecutor``, whose default ceiling is 32 workers)
-#: grows by its workers once, where a candidate that hands each call's last part to a new
-#: thread, which parks once done, leaves one per call. Calls count each new thread once
+#: grows by its workers once (``concurrent.futures.ThreadPoolExecutor``'s default ceiling,
+#: the host's cores + 4 up to 32), where a candidate that hands each call's last part to a
+#: new thread, which parks once done, leaves one per call. Calls count each new thread once
 #: (``CaseState.after``); until 2026-11-27 a thread was counted by the call that left it
 #: and again by the next one, so a pool that grew in the middle of a block was a finding:
 #: the suite's honest pooled GEMV was ``invalid`` with both cores busy with other work
 #: (``benchmarks/results/cpu-2026-11-27/pool_growth.md``).
-POOL_THREADS = 32
+POOL_THREADS = min(32, (os.cpu_count() or 1) + 4)
 
 
 def started_at_import(role: str, before: Activity) -> List[Finding]:
