@@ -22,6 +22,7 @@ from .bench.endpoint import OutOfMemory, warm_up_forkserver
 from .bench.pair import Pair, open_pair
 from .bench.replicates import Replicates
 from .checks import preflight
+from .checks.contention import contention_findings
 from .timing import measure
 from .timing.figures import judged, timing_findings, timing_section
 from .report import run_report, store
@@ -195,6 +196,7 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
     findings += e2e.findings if e2e is not None else ()
     stages.mark("end_to_end")
     findings += pair.close(out_dir)
+    findings += contention_findings(pair.evidence.get("resources", {}))  # each side's wait for a CPU, all processes
     claims = {c.name: m.claimed(c) for c in m.cases}
     budget = {name: cs.budget_spent for name, cs in measured.items()}
     v = decide(findings, estimates, claims, m.claim.tolerance, budget, m.aggregate)

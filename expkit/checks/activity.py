@@ -36,6 +36,7 @@ from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Prot
 
 from ..core.findings import INVALID, WARNING, Finding
 from .children import child_pids, read_proc
+from .contention import ContentionAccount, RunQueueWait
 
 try:  # children_cpu_ns, twice a timed block: imported once here
     import resource
@@ -135,6 +136,13 @@ class CpuReader(Protocol):
 
     def thread_cpu_ns(self) -> Dict[int, int]: ...
 
+    def wait_ns(self) -> Optional[int]:
+        """The calling thread's wait for a CPU so far (:class:`.contention.RunQueueWait`)."""
+
+
+def _unknown() -> Optional[int]:
+    return None
+
 
 def _thread_clock(tid: int) -> int:
     """Linux's CPU-time clock of thread ``tid`` of this process (``MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)``)."""
@@ -158,6 +166,9 @@ class ProcCpuReader:
     (``getrusage(RUSAGE_CHILDREN)``, microseconds): a call that forks a process to
     compute beside it and waits for it before returning leaves no child behind, and
     only this shows its CPU time."""
+
+    def __init__(self) -> None:
+        self.wait_ns = RunQueueWait()
 
     def wall_ns(self) -> int:
         return time.perf_counter_ns()
@@ -291,6 +302,12 @@ class ResourceAccount:
     reported: bool = False
     #: The judged span that used the most cores (what :meth:`summary` reports).
     peak: Optional[CpuUse] = None
+    #: The timing thread's wait for a CPU over the same blocks (check ``contention``).
+    contention: Optional[ContentionAccount] = None
+
+    def __post_init__(self) -> None:
+        if self.contention is None:
+            self.contention = ContentionAccount(read=getattr(self.reader, "wait_ns", _unknown))
 
     def begin(self) -> None:
         # The threads' clocks before the process's, as at the end: reading a running thread's
@@ -299,6 +316,7 @@ class ResourceAccount:
         # the process clock started low, and a 2-core machine's spans showed up to 3.4 cores
         # and CPU no thread spent (``benchmarks/results/cpu-2026-11-27/read_order.md``).
         w0 = self.reader.wall_ns()
+        self.contention.begin(w0)
         t0 = self.reader.thread_cpu_ns()
         self._start = (w0, self.reader.process_cpu_ns(), t0)
 
@@ -308,6 +326,7 @@ class ResourceAccount:
         w0, c0, t0 = self._start
         t1 = self.reader.thread_cpu_ns()
         c1, w1 = self.reader.process_cpu_ns(), self.reader.wall_ns()
+        self.contention.end(w1)
         self._start = None
         live = {tid: (t1[tid] - t0.get(tid, 0)) / 1e9 for tid in t1 if t1[tid] - t0.get(tid, 0) > 0}
         cpu_s = max(0, c1 - c0) / 1e9
@@ -371,18 +390,20 @@ class ResourceAccount:
                 "peak_cpu_ms": round(p.cpu_s * 1e3, 3) if p else None,
                 "threads_ran": p.ran(self.ran_fraction) if p else None,
                 "limit": round(self.limit(), 4) if self.cpu_threads is not None else None,
-                "flagged": self.reported}
+                "flagged": self.reported, **self.contention.summary()}
 
 
 def busiest(before: Optional[Mapping[str, Any]], now: Mapping[str, Any]) -> Dict[str, Any]:
     """One side's CPU account over a case's processes (each replicate's pair reports its
-    own): the busiest judged span of any, flagged if any was, and how many reported."""
+    own): the busiest judged span of any, flagged if any was, how many reported, and the
+    timing thread's wait for a CPU and the blocks' wall summed over them."""
     if before is None:
         return {**now, "processes": int(now.get("processes", 1))}
     key = lambda r: -1.0 if r.get("peak_cores") is None else r["peak_cores"]  # noqa: E731
     top = dict(now if key(now) > key(before) else before)
     top.update(flagged=bool(before.get("flagged") or now.get("flagged")),
-               processes=int(before.get("processes", 1)) + int(now.get("processes", 1)))
+               processes=int(before.get("processes", 1)) + int(now.get("processes", 1)),
+               **{k: round(float(before.get(k, 0.0)) + float(now.get(k, 0.0)), 3) for k in ("waited_ms", "blocks_ms")})
     return top
 
 

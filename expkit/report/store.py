@@ -31,7 +31,9 @@ result.json history (``schema_version``):
        sets ``memory.measured`` to null where ``memory`` is an object. Each request's
        ``held_allocated`` (GPU bytes allocated as it began, the largest over its
        counts) came later within 4, as an added key: files without it read as they are,
-       and readers take its absence as not measured.
+       and readers take its absence as not measured. So did ``waited_ms`` and
+       ``blocks_ms`` in each side's ``defences.resources`` account (a CPU run's timing
+       thread's wait for a CPU over its timed blocks, ``checks/contention.py``).
 samples.csv history (column ``schema_version``):
   1 -- case, side, round, position, number, seconds, t_start, t_end, flagged.
   2 -- adds call_seconds (the call's CUDA-event time beside ``seconds`` when ``seconds``

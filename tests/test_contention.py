@@ -1,0 +1,142 @@
+"""The ``contention`` check (checks/contention.py): a side's timing thread waiting for a CPU."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+
+import pytest
+
+from expkit.checks.activity import ResourceAccount, busiest
+from expkit.checks.contention import CONTENTION, ContentionAccount, RunQueueWait, contention_findings
+from expkit.core.findings import WARNING
+
+
+class Script:
+    """A run-queue wait that grows by a set share of each block's wall time."""
+
+    def __init__(self, share: float) -> None:
+        self.share, self.waited, self.wall = share, 0, 0
+
+    def read(self) -> int:
+        return self.waited
+
+    def block(self, acc: ContentionAccount, wall_ns: int) -> None:
+        acc.begin(self.wall)
+        self.wall += wall_ns
+        self.waited += int(self.share * wall_ns)
+        acc.end(self.wall)
+
+
+def test_the_account_sums_the_wait_over_its_blocks_only():
+    s = Script(0.3)
+    acc = ContentionAccount(read=s.read)
+    for _ in range(10):
+        s.block(acc, 5_000_000)
+        s.waited += 1_000_000  # between blocks: not the blocks' wait
+        s.wall += 2_000_000
+    assert acc.summary() == {"waited_ms": 15.0, "blocks_ms": 50.0}
+
+
+def test_no_account_where_the_kernel_keeps_none():
+    acc = ContentionAccount(read=lambda: None)
+    acc.begin(0)
+    acc.end(10_000_000)
+    assert acc.summary() == {"waited_ms": 0.0, "blocks_ms": 0.0}
+
+
+def test_a_side_that_waited_beyond_the_limit_over_the_run_gets_one_warning_with_its_figures():
+    resources = {"c": {"baseline": {"waited_ms": 2.0, "blocks_ms": 100.0, "processes": 5},
+                       "candidate": {"waited_ms": 30.0, "blocks_ms": 100.0, "processes": 5}}}
+    (f,) = contention_findings(resources)
+    assert f.check == CONTENTION and f.severity == WARNING and f.case == "c" and not f.invalidates
+    assert f.figure == pytest.approx(0.3) and f.threshold == 0.10
+    assert f.message.startswith("the candidate's timing thread waited for a CPU for 30.0 ms of its 100.0 ms of "
+                                "timed blocks (30%, over 5 processes;")
+
+
+@pytest.mark.parametrize("waited,blocks", [(9.0, 100.0), (9.9, 50.0), (0.0, 0.0)])
+def test_a_small_share_or_a_wait_under_ten_ms_is_no_finding(waited, blocks):
+    assert contention_findings({"c": {"candidate": {"waited_ms": waited, "blocks_ms": blocks}}}) == []
+
+
+def test_the_resource_account_brackets_its_blocks_with_the_wait_and_sums_it_over_processes():
+    s = Script(0.4)
+
+    class Reader:  # one thread on one core: the resources check has nothing to say
+        def wall_ns(self) -> int:
+            return s.wall
+
+        def process_cpu_ns(self) -> int:
+            return s.wall
+
+        def thread_cpu_ns(self):
+            return {1: s.wall}
+
+        def wait_ns(self) -> int:
+            return s.waited
+
+    acc = ResourceAccount(1, role="baseline", case="c", reader=Reader())
+    for _ in range(5):
+        acc.begin()
+        s.wall += 20_000_000
+        s.waited += 8_000_000
+        assert acc.end() is None
+    summary = acc.summary()
+    assert summary["waited_ms"] == 40.0 and summary["blocks_ms"] == 100.0
+    both = busiest(summary, {**summary, "peak_cores": 0.5})
+    assert both["waited_ms"] == 80.0 and both["blocks_ms"] == 200.0 and both["processes"] == 2
+    (f,) = contention_findings({"c": {"baseline": both}})
+    assert "40%, over 2 processes" in f.message
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/thread-self/schedstat"), reason="the kernel keeps no run-queue wait")
+def test_the_real_wait_grows_when_more_threads_than_cores_are_busy():
+    """Hashing releases the GIL: cores + 1 such threads and this one compete for the cores."""
+    read = RunQueueWait()
+    stop = threading.Event()
+    buf = b"x" * (1 << 20)
+
+    def spin() -> None:
+        while not stop.is_set():
+            hashlib.sha256(buf).digest()
+
+    threads = [threading.Thread(target=spin, daemon=True) for _ in range((os.cpu_count() or 1) + 1)]
+    for t in threads:
+        t.start()
+    try:
+        q0, w0 = read(), time.perf_counter_ns()
+        while time.perf_counter_ns() - w0 < 300_000_000:
+            hashlib.sha256(buf[:65536]).digest()
+        q1, w1 = read(), time.perf_counter_ns()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert q0 is not None and q1 is not None
+    assert (q1 - q0) > 0.02 * (w1 - w0), (q1 - q0, w1 - w0)
+
+
+def test_a_cpu_run_records_each_sides_wait_and_reports_it_without_changing_the_verdict(tmp_path, monkeypatch):
+    """With the limit at zero every side with any wait is reported: the warning reaches
+    result.json and the report, and the verdict is the one the run earned."""
+    from pathlib import Path
+
+    from expkit.checks import contention
+    from expkit.runner import run_manifest
+
+    manifest = Path(__file__).parent / "adversarial" / "cpu" / "honest_gemv.yaml"
+    fast = ("measure=quick", "measure.max_seconds=0.3", "measure.min_seconds=0.1", "measure.warmup_seconds=0.02",
+            "measure.min_rounds=4", "measure.bootstrap=200")
+    monkeypatch.setattr(contention, "LIMIT", -1.0)
+    monkeypatch.setattr(contention, "MIN_WAIT_MS", -1.0)
+    out = run_manifest(manifest, fast, out_dir=tmp_path)
+    sides = out.result["defences"]["resources"]["c"]
+    assert all(sides[s]["blocks_ms"] > 0 and sides[s]["waited_ms"] >= 0 for s in ("baseline", "candidate")), sides
+    got = [c for c in out.result["checks"] if c["check"] == CONTENTION]
+    assert {c["message"].split("'")[0] for c in got} == {"the baseline", "the candidate"}
+    assert all(c["severity"] == WARNING and c["case"] == "c" for c in got)
+    assert out.verdict != "invalid" and not any(r.startswith("contention") for r in out.result["reasons"])
+    assert "timing thread waited for a CPU" in (tmp_path / "report.md").read_text()
