@@ -1,0 +1,83 @@
+"""The adversarial suite's honest candidates (or its cheats) on a busy host: what each comes out as.
+
+Usage::
+
+    python benchmarks/under_load.py [--busy 2] [--bad] [-- override ...]
+
+Starts ``--busy`` processes that spin on a core each (``python3 -c "while True: pass"``),
+then runs every manifest of ``HONEST`` (or, with ``--bad``, of ``BAD``) in
+``tests/adversarial/test_adversarial.py`` once, through the suite's own ``run()`` (its quick
+settings and per-manifest overrides, plus any given after ``--``), and prints one row each:
+the verdict, the defence checks that raised an alarm (for an honest candidate: a false
+alarm), for a cheat whether its expected check caught it, each side's timing thread's wait
+for a CPU over its timed blocks (``defences.resources``), and the run's wall time. The busy
+processes are killed at the end, also on error.
+
+The promise it checks: a host that other work keeps busy may change a verdict (the times
+are what they were, and the ``contention`` warning says so), never raise a defence's alarm
+against an honest candidate or let a cheat through.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def waits(result) -> str:
+    cells = []
+    for case, sides in sorted(result.get("defences", {}).get("resources", {}).items()):
+        for side in ("baseline", "candidate"):
+            d = sides.get(side) or {}
+            b = float(d.get("blocks_ms") or 0.0)
+            w = float(d.get("waited_ms") or 0.0)
+            cells.append(f"{case} {side[0]} {w / b:.0%}" if b else f"{case} {side[0]} -")
+    return ", ".join(cells)
+
+
+def main(argv) -> int:
+    rest = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--busy", type=int, default=2)
+    ap.add_argument("--bad", action="store_true", help="the cheats (BAD) instead of the honest candidates")
+    a = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT / "tests" / "adversarial"))
+    import test_adversarial as T
+
+    names = [n for n in T.BAD if n not in T.COPIED] if a.bad else list(T.HONEST)
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(a.busy)]
+    print(f"{a.busy} busy processes; overrides: {' '.join(rest) or '(the suite test settings)'}\n")
+    print("| manifest | verdict | " + ("caught by its check" if a.bad else "defence alarms") + " | reasons | waited / timed blocks | wall |")
+    print("|---|---|---|---|---|---|")
+    try:
+        for name in names:
+            t = time.perf_counter()
+            out = T.run(name, Path(tempfile.mkdtemp(prefix="under_load_")), *rest)
+            result = json.loads((out.out_dir / "result.json").read_text())
+            got = T.reason_checks(result)
+            if a.bad:
+                verdict, checks, _ = T.BAD[name]
+                ok = out.verdict == verdict and all(any(x in got for x in c.split("|")) for c in checks)
+                judged = "yes" if ok else "**no**"
+            else:
+                alarms = sorted({c["check"] for c in result["checks"] if not c["ok"] and c["check"] in T.DEFENCE_CHECKS}
+                                | ({"resources"} if "resources" in got else set()))
+                judged = ", ".join(f"**{x}**" for x in alarms) or "none"
+            print(f"| {name} | {out.verdict} | {judged} | {', '.join(sorted(got)) or '-'} | {waits(result)} | "
+                  f"{time.perf_counter() - t:.1f} s |", flush=True)
+    finally:
+        for p in busy:
+            p.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
