@@ -313,7 +313,7 @@ class ResourceAccount:
         # The threads' clocks before the process's, as at the end: reading a running thread's
         # clock brings the kernel's account of it up to date, which the process clock alone
         # leaves up to a scheduler tick behind for every thread but the caller. Read first,
-        # the process clock started low, and a 2-core machine's spans showed up to 3.4 cores
+        # the process clock started low, and a 2-core machine's spans showed up to 3.87 cores
         # and CPU no thread spent (``benchmarks/results/cpu-2026-11-27/read_order.md``).
         w0 = self.reader.wall_ns()
         self.contention.begin(w0)

@@ -2,11 +2,12 @@
 
 A timed call on a CPU is only the code's time if the thread that makes it was on a core
 throughout. Linux counts, per thread, the time it spent runnable but waiting in a run
-queue (``/proc/thread-self/schedstat``, second field, nanoseconds; the scheduler's own
+queue (``/proc/thread-self/schedstat``, second field, nanoseconds: the scheduler's own
 account, kept where the kernel has ``CONFIG_SCHED_INFO``, as this project's CPU machine's
-has; where the file is missing the account stays empty and nothing is reported). Summed over a case's timed blocks against their wall time it says how much of
-a side's figure was a wait for cores that other work held: another process on the host
-(a build, another job), or more threads of the run than the cores it was given.
+has; where the file is missing the account stays empty and nothing is reported). Summed
+over a case's timed blocks against their wall time it says how much of a side's figure
+was a wait for cores that other work held: another process on the host (a build,
+another job), or more threads of the run than the cores it was given.
 
 That is a warning, not a verdict: the times are what they were, and a claim that held
 beside such work may hold without it. But with both cores of the 2-core CPU machine held
@@ -31,8 +32,8 @@ CONTENTION = "contention"
 
 class RunQueueWait:
     """The calling thread's total wait for a CPU so far, in ns (None where the kernel keeps
-    no such account). Each thread's file stays open: a read is one ``pread`` (about 1 us
-    on the 2-core CPU machine, where opening it again each time took 10)."""
+    no such account). Each thread's file stays open: a read is one ``pread``, 1.8 us a
+    read on the 2-core CPU machine (``benchmarks/results/cpu-2026-11-27/contention.md``)."""
 
     def __init__(self, path: str = "/proc/thread-self/schedstat") -> None:
         self.path = path
@@ -87,8 +88,9 @@ class ContentionAccount:
 
 #: The share of a side's timed blocks spent waiting for a CPU above which it is reported,
 #: and the least wait that is: on the 2-core CPU machine with nothing else running the
-#: suite's honest candidates waited 0-5% of their blocks (5%: a candidate whose two pool
-#: threads and its own share the two cores), and 11-53% with two other busy processes
+#: suite's honest candidates waited 0-5% of their blocks over two runs of each (5%: a
+#: candidate whose two pool threads and its own share the two cores), and with two other
+#: busy processes 1-53%, 14% or more in 23 of 26 sides of the later run
 #: (``benchmarks/results/cpu-2026-11-27/contention.md``).
 LIMIT = 0.10
 MIN_WAIT_MS = 10.0
