@@ -5,8 +5,8 @@ Usage::
     python benchmarks/under_load.py [--busy 2] [--bad] [-- override ...]
 
 Starts ``--busy`` processes that spin on a core each (``python3 -c "while True: pass"``),
-then runs every manifest of ``HONEST`` (or, with ``--bad``, of ``BAD``) in
-``tests/adversarial/test_adversarial.py`` once, through the suite's own ``run()`` (its quick
+then runs every manifest of ``HONEST`` (or, with ``--bad``, of ``BAD`` and of the cheats that
+take more cores, ``AWAITING_CALL_SITE``) in ``tests/adversarial/test_adversarial.py`` once, through the suite's own ``run()`` (its quick
 settings and per-manifest overrides, plus any given after ``--``), and prints one row each:
 the verdict, the defence checks that raised an alarm (for an honest candidate: a false
 alarm), for a cheat whether its expected check caught it, each side's timing thread's wait
@@ -52,7 +52,8 @@ def main(argv) -> int:
     sys.path.insert(0, str(ROOT / "tests" / "adversarial"))
     import test_adversarial as T
 
-    names = [n for n in T.BAD if n not in T.COPIED] if a.bad else list(T.HONEST)
+    cheats = {**{n: v for n, v in T.BAD.items() if n not in T.COPIED}, **T.AWAITING_CALL_SITE}
+    names = list(cheats) if a.bad else list(T.HONEST)
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(a.busy)]
     print(f"{a.busy} busy processes; overrides: {' '.join(rest) or '(the suite test settings)'}\n")
     print("| manifest | verdict | " + ("caught by its check" if a.bad else "defence alarms") + " | reasons | waited / timed blocks | wall |")
@@ -64,9 +65,11 @@ def main(argv) -> int:
             result = json.loads((out.out_dir / "result.json").read_text())
             got = T.reason_checks(result)
             if a.bad:
-                verdict, checks, _ = T.BAD[name]
+                verdict, checks, _ = cheats[name]
                 ok = out.verdict == verdict and all(any(x in got for x in c.split("|")) for c in checks)
-                judged = "yes" if ok else "**no**"
+                # A cheat on more cores that the scheduler gave none gained nothing: not caught, and
+                # no harm unless its claim was supported anyway.
+                judged = "yes" if ok else ("**no**" if out.verdict == "supported" else f"no ({out.verdict})")
             else:
                 alarms = sorted({c["check"] for c in result["checks"] if not c["ok"] and c["check"] in T.DEFENCE_CHECKS}
                                 | ({"resources"} if "resources" in got else set()))

@@ -26,6 +26,7 @@ def test_an_honest_manifest_gets_a_row_with_no_alarm_and_each_sides_wait(monkeyp
 
 def test_a_cheat_gets_a_row_saying_its_check_caught_it(monkeypatch, capsys):
     monkeypatch.setattr(T, "BAD", {"stale_buffer": T.BAD["stale_buffer"]})
+    monkeypatch.setattr(T, "AWAITING_CALL_SITE", {})
     assert repo_scripts.load("benchmarks/under_load.py").main(["--busy", "1", "--bad"]) == 0
     (row,) = _rows(capsys)
     cells = [c.strip() for c in row.strip("|").split("|")]
