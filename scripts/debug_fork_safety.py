@@ -63,7 +63,7 @@ def main() -> None:
     say("after the run")
     # The parent's GPU-only steps one by one, in a process that has run them all once
     # already: a step that leaves a thread or the driver behind shows where it starts.
-    from expkit.checks.activity import nvml_compute_processes
+    from expkit.checks.gpu_processes import nvml_compute_processes
     from expkit.timing import telemetry
 
     nvml_compute_processes(0)

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
-from expkit.checks import activity
+from expkit.checks import activity, gpu_processes
 from expkit.checks.activity import CpuUse, ResourceAccount
 from expkit.core.findings import INVALID, WARNING
 
@@ -326,18 +326,18 @@ def test_a_process_started_during_the_run_on_the_gpu_is_invalid_and_a_neighbour_
     uid = os.getuid()
     read = proc_table({10: 1000, 11: 1000, 12: 1500, 13: 500}, uid)
     procs = lambda index: [(10, 2**30), (11, 2**29), (12, 3 * 2**30), (13, None), (99, 2**20)]  # noqa: E731
-    found = activity.gpu_neighbours(0, run_pids=(10, 11), since_pid=11, case="c", processes=procs, read=read)
+    found = gpu_processes.gpu_neighbours(0, run_pids=(10, 11), since_pid=11, case="c", processes=procs, read=read)
     started = [f for f in found if f.severity == INVALID]
     others = [f for f in found if f.severity == WARNING]
     assert len(started) == 1 and "pid 12 (3.00 GiB)" in started[0].message and not started[0].ok
     assert len(others) == 1 and "pid 13" in others[0].message and "pid 99" in others[0].message
-    assert activity.gpu_neighbours(0, (10, 11), 11, processes=lambda i: [(10, 1)], read=read) == []
+    assert gpu_processes.gpu_neighbours(0, (10, 11), 11, processes=lambda i: [(10, 1)], read=read) == []
 
 
 def test_no_nvml_says_not_checked():
     def broken(index: int):
         raise OSError("NVML Shared Library Not Found")
-    (f,) = activity.gpu_neighbours(0, (1,), 1, processes=broken)
+    (f,) = gpu_processes.gpu_neighbours(0, (1,), 1, processes=broken)
     assert f.ok and "not checked" in f.message
 
 

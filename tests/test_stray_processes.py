@@ -107,7 +107,7 @@ def test_a_replicates_pair_counts_the_first_pairs_workers_as_the_runs_own(monkey
     from types import SimpleNamespace
 
     from expkit.bench.pair import Pair
-    from expkit.checks import activity
+    from expkit.checks import gpu_processes
 
     seen = {}
 
@@ -115,7 +115,7 @@ def test_a_replicates_pair_counts_the_first_pairs_workers_as_the_runs_own(monkey
         seen["run"], seen["since"] = list(run_pids), since_pid
         return []
 
-    monkeypatch.setattr(activity, "gpu_neighbours", fake)
+    monkeypatch.setattr(gpu_processes, "gpu_neighbours", fake)
     pair = Pair.__new__(Pair)
     pair.b, pair.c = SimpleNamespace(pid=lambda: 201), SimpleNamespace(pid=lambda: 202)
     pair.gpu, pair.siblings = {"index": 0}, [101, 102]

@@ -194,10 +194,10 @@ class Pair:
         return self.memory
 
     def neighbours(self, case: Optional[str]) -> List[Finding]:
-        """Other processes on the run's GPU (checks.activity.gpu_neighbours): one the run
+        """Other processes on the run's GPU (checks.gpu_processes.gpu_neighbours): one the run
         started (the candidate's daemon) is invalid; another job a warning."""
         import os
-        from ..checks.activity import gpu_neighbours
+        from ..checks.gpu_processes import gpu_neighbours
 
         pids = [p for p in (self.b.pid(), self.c.pid()) if p]
         if not pids:

@@ -17,7 +17,7 @@ baseline held to fewer, and its speedup counts cores, not code.
 
 On the GPU, work on other streams or devices during a block is the kernel-time
 recorder's to see (``expkit/timing/``); other processes with a context on the GPU are
-listed by :func:`gpu_neighbours`.
+the ``gpu-processes`` check's (:mod:`.gpu_processes`).
 
 The preflight and the bench both apply these checks, so they live here, below both.
 """
@@ -27,15 +27,14 @@ from __future__ import annotations
 import _thread
 import math
 import os
-import re
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Protocol, Tuple
 
 from ..core.findings import INVALID, WARNING, Finding
-from .children import child_pids, read_proc
+from .children import child_pids
 from .contention import ContentionAccount, RunQueueWait
 
 try:  # children_cpu_ns, twice a timed block: imported once here
@@ -45,7 +44,6 @@ except ImportError:  # not a Unix
 
 THREADS = "threads"
 RESOURCES = "resources"
-GPU_PROCESSES = "gpu-processes"
 
 #: The Python threads running now, less the main one: ``_thread._count``, the interpreter's
 #: own counter (a private name of the standard library, there since Python 2 and what
@@ -304,6 +302,9 @@ class ResourceAccount:
     peak: Optional[CpuUse] = None
     #: The timing thread's wait for a CPU over the same blocks (check ``contention``).
     contention: Optional[ContentionAccount] = None
+    #: Every block's CPU time by thread and wall time, summed over the case (:meth:`over_case`).
+    case_cpu: Dict[int, float] = field(default_factory=dict)
+    case_wall_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.contention is None:
@@ -333,6 +334,9 @@ class ResourceAccount:
         gone = cpu_s - sum(live.values())  # threads that ended, and children waited for, within the span
         if gone > 0:
             live[EXITED] = gone
+        self.case_wall_s += (w1 - w0) / 1e9
+        for tid, c in live.items():
+            self.case_cpu[tid] = self.case_cpu.get(tid, 0.0) + c
         return self.judge(CpuUse((w1 - w0) / 1e9, cpu_s, tuple(sorted(live.items(), key=lambda x: -x[1]))))
 
     def close(self) -> Optional[Finding]:
@@ -347,6 +351,11 @@ class ResourceAccount:
         if pool is None or pool.wall_s <= 0 or self.peak is not None:
             return None
         return self.judge(pool, final=True)
+
+    def over_case(self) -> CpuUse:
+        """Every timed block of the case so far as one span (:attr:`case_cpu`)."""
+        return CpuUse(self.case_wall_s, sum(self.case_cpu.values()),
+                      tuple(sorted(self.case_cpu.items(), key=lambda x: -x[1])))
 
     def judge(self, use: CpuUse, *, final: bool = False) -> Optional[Finding]:
         """Pool ``use`` with shorter spans before it and judge the pool once it is long
@@ -390,93 +399,24 @@ class ResourceAccount:
                 "peak_cpu_ms": round(p.cpu_s * 1e3, 3) if p else None,
                 "threads_ran": p.ran(self.ran_fraction) if p else None,
                 "limit": round(self.limit(), 4) if self.cpu_threads is not None else None,
-                "flagged": self.reported, **self.contention.summary()}
+                "flagged": self.reported, "case_threads_ran": self.over_case().ran(self.ran_fraction),
+                **self.contention.summary()}
 
 
 def busiest(before: Optional[Mapping[str, Any]], now: Mapping[str, Any]) -> Dict[str, Any]:
     """One side's CPU account over a case's processes (each replicate's pair reports its
-    own): the busiest judged span of any, flagged if any was, how many reported, and the
-    timing thread's wait for a CPU and the blocks' wall summed over them."""
+    own): the busiest judged span of any, the most threads that ran over a case in any,
+    flagged if any was, how many reported, and the timing thread's wait for a CPU and the
+    blocks' wall summed over them."""
     if before is None:
         return {**now, "processes": int(now.get("processes", 1))}
     key = lambda r: -1.0 if r.get("peak_cores") is None else r["peak_cores"]  # noqa: E731
     top = dict(now if key(now) > key(before) else before)
-    top.update(flagged=bool(before.get("flagged") or now.get("flagged")),
+    top.update(case_threads_ran=max(int(r.get("case_threads_ran") or 0) for r in (before, now)),
+               flagged=bool(before.get("flagged") or now.get("flagged")),
                processes=int(before.get("processes", 1)) + int(now.get("processes", 1)),
                **{k: round(float(before.get(k, 0.0)) + float(now.get(k, 0.0)), 3) for k in ("waited_ms", "blocks_ms")})
     return top
-
-
-# --- other processes on the GPU ---------------------------------------------------------------
-
-
-class NvmlProcesses(Protocol):
-    """``(pid, used bytes)`` of every process with a compute context on GPU ``index`` (tests fake it)."""
-
-    def __call__(self, index: int) -> Sequence[Tuple[int, Optional[int]]]: ...
-
-
-def nvml_compute_processes(index: int) -> Sequence[Tuple[int, Optional[int]]]:
-    import pynvml
-
-    pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-    return [(int(p.pid), getattr(p, "usedGpuMemory", None)) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)]
-
-
-def _start_ticks(pid: int, read: Callable[[str], Optional[bytes]]) -> Optional[int]:
-    raw = read(f"/proc/{pid}/stat")
-    if not raw:
-        return None
-    try:
-        return int(raw.decode(errors="replace").rsplit(")", 1)[-1].split()[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def gpu_neighbours(index: int, run_pids: Sequence[int], since_pid: int, *, case: Optional[str] = None,
-                   processes: Optional[NvmlProcesses] = None,
-                   read: Callable[[str], Optional[bytes]] = read_proc) -> List[Finding]:
-    """Processes with a compute context on GPU ``index`` that are not the run's (``run_pids``:
-    the parent and both workers), for the lead to call around a block or a case.
-
-    One that started after process ``since_pid`` (the run's first worker) and belongs to
-    the same user was started during the run -- by the code under test, say, as a daemon
-    that escapes the child count -- and makes the run ``invalid``; any other is a
-    neighbour sharing the GPU (another job), reported as a warning, since its work can
-    slow either side. Where NVML's process ids are not visible here (another PID
-    namespace) nothing can be said of their origin: a warning too."""
-    try:
-        procs = (processes or nvml_compute_processes)(index)
-    except Exception as e:  # no NVML: nothing to say
-        return [Finding(GPU_PROCESSES, True, f"not checked: NVML gave no process list ({type(e).__name__})", case)]
-    mine = set(run_pids)
-    since = _start_ticks(since_pid, read)
-    uid = os.getuid() if hasattr(os, "getuid") else None
-    started, others = [], []
-    for pid, used in procs:
-        if pid in mine:
-            continue
-        mem = f"{used / 2**30:.2f} GiB" if used else "memory unknown"
-        start = _start_ticks(pid, read)
-        owner = None
-        status = read(f"/proc/{pid}/status")
-        if status:
-            m = re.search(rb"^Uid:\s+(\d+)", status, re.M)
-            owner = int(m.group(1)) if m else None
-        if start is not None and since is not None and start >= since and owner == uid:
-            started.append(f"pid {pid} ({mem})")
-        else:
-            others.append(f"pid {pid} ({mem})")
-    out = []
-    if started:
-        out.append(Finding(GPU_PROCESSES, False, f"{len(started)} process(es) started during the run have a context on "
-                           f"the GPU ({', '.join(started[:3])}): work the code under test hands to another process "
-                           "escapes its timer", case))
-    if others:
-        out.append(Finding(GPU_PROCESSES, False, f"the GPU is shared with {len(others)} other process(es) "
-                           f"({', '.join(others[:3])}): their work can slow either side", case, severity=WARNING))
-    return out
 
 
 def set_cpu_threads(threads: Optional[int]) -> None:
