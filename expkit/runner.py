@@ -22,7 +22,7 @@ from .bench.endpoint import OutOfMemory, warm_up_forkserver
 from .bench.pair import Pair, open_pair
 from .bench.replicates import Replicates
 from .checks import preflight
-from .checks.contention import contention_findings
+from .checks.contention import contention_findings, share_findings
 from .timing import measure
 from .timing.figures import judged, timing_findings, timing_section
 from .report import run_report, store
@@ -32,7 +32,7 @@ from .core.findings import WARNING, Finding
 from .core.version import __version__
 from .manifest.spec import LoadedManifest, load as load_manifest
 from .manifest.settings import Settings, load_settings
-from .verdict.rules import INCONCLUSIVE, INVALID, Verdict, decide
+from .verdict.rules import INCONCLUSIVE, INVALID, Verdict, decide, inconclusive_when
 from .verdict.plausibility import apply_plausibility, plausibility
 
 
@@ -197,9 +197,11 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
     stages.mark("end_to_end")
     findings += pair.close(out_dir)
     findings += contention_findings(pair.evidence.get("resources", {}))  # each side's wait for a CPU, all processes
+    shared = share_findings(pair.evidence.get("resources", {}), settings.measure.cpu_threads)  # more threads, busy host
+    findings += shared
     claims = {c.name: m.claimed(c) for c in m.cases}
     budget = {name: cs.budget_spent for name, cs in measured.items()}
-    v = decide(findings, estimates, claims, m.claim.tolerance, budget, m.aggregate)
+    v = inconclusive_when(decide(findings, estimates, claims, m.claim.tolerance, budget, m.aggregate), shared)
     if settings.defences.enabled:
         plausible = plausibility(m, estimates, (env.get("gpu") or {}).get("name"), settings.defences)
         findings += plausible

@@ -10,8 +10,10 @@ import time
 import pytest
 
 from expkit.checks.activity import ResourceAccount, busiest
-from expkit.checks.contention import CONTENTION, ContentionAccount, RunQueueWait, contention_findings
-from expkit.core.findings import WARNING
+from expkit.checks.contention import (CONTENTION, SHARE, ContentionAccount, RunQueueWait, contention_findings,
+                                      share_findings)
+from expkit.core.findings import WARNING, Finding
+from expkit.verdict.rules import INCONCLUSIVE, REFUTED, SUPPORTED, Verdict, inconclusive_when
 
 
 class Script:
@@ -140,3 +142,108 @@ def test_a_cpu_run_records_each_sides_wait_and_reports_it_without_changing_the_v
     assert all(c["severity"] == WARNING and c["case"] == "c" for c in got)
     assert out.verdict != "invalid" and not any(r.startswith("contention") for r in out.result["reasons"])
     assert "timing thread waited for a CPU" in (tmp_path / "report.md").read_text()
+    # one thread a side: whatever the host, no larger share to take
+    assert sides["candidate"]["case_threads_ran"] == 1
+    assert not [c for c in out.result["checks"] if c["check"] == SHARE]
+
+
+def test_a_candidate_that_hands_its_calls_to_a_pool_is_not_supported_where_the_host_counts_as_busy(
+        tmp_path, monkeypatch):
+    """The pooled candidate's two threads each compute a share of every call (a 64x64 product
+    handed over and waited for); with the limit at zero the host counts as busy, and a speedup
+    measured there could be the pool's larger share of the cores."""
+    from pathlib import Path
+
+    from expkit.checks import contention
+    from expkit.runner import run_manifest
+
+    manifest = Path(__file__).parent / "adversarial" / "cpu" / "honest_own_pool.yaml"
+    fast = ("measure=quick", "measure.max_seconds=0.3", "measure.min_seconds=0.1", "measure.warmup_seconds=0.02",
+            "measure.min_rounds=4", "measure.bootstrap=200")
+    monkeypatch.setattr(contention, "LIMIT", -1.0)
+    monkeypatch.setattr(contention, "MIN_WAIT_MS", -1.0)
+    out = run_manifest(manifest, fast, out_dir=tmp_path)
+    assert out.result["defences"]["resources"]["c"]["candidate"]["case_threads_ran"] == 2
+    (f,) = [c for c in out.result["checks"] if c["check"] == SHARE]
+    assert f["severity"] == WARNING and f["case"] == "c" and f["figure"] == 2.0
+    assert out.verdict in ("inconclusive", "refuted"), out.result["reasons"]
+    if out.verdict == "inconclusive":
+        assert any(r.startswith("share [case c]") for r in out.result["reasons"])
+    assert "more threads take a larger share" in (tmp_path / "report.md").read_text()
+
+
+# --- more threads than allowed, timed on a busy host (share_findings) ------------------------------
+
+
+def sides(cand_ran: int, cand_wait: float, base_wait: float = 0.0):
+    return {"c": {"baseline": {"waited_ms": base_wait, "blocks_ms": 100.0, "case_threads_ran": 1},
+                  "candidate": {"waited_ms": cand_wait, "blocks_ms": 100.0, "case_threads_ran": cand_ran}}}
+
+
+@pytest.mark.parametrize("cand_wait,base_wait,busiest_side", [(30.0, 0.0, "candidate"), (5.0, 45.0, "baseline")])
+def test_a_candidate_on_more_threads_timed_on_a_busy_host_gets_a_share_warning(cand_wait, base_wait, busiest_side):
+    """Either side's wait says the host was busy: a candidate whose timing thread sleeps while
+    its pool computes waits little itself, while the baseline's one thread waits its share."""
+    (f,) = share_findings(sides(2, cand_wait, base_wait), cpu_threads=1)
+    assert f.check == SHARE and f.severity == WARNING and f.case == "c" and not f.invalidates
+    assert f.figure == 2.0 and f.threshold == 1.0
+    assert f.message.startswith(f"the candidate ran 2 threads where measure.cpu_threads allows 1, on a host where "
+                                f"the {busiest_side}'s timing thread waited for a CPU for {max(cand_wait, base_wait):.0f}%")
+
+
+@pytest.mark.parametrize("ran,cand_wait,base_wait,threads", [
+    (2, 3.0, 4.0, 1),    # a quiet host: the resources check sees extra cores there
+    (1, 40.0, 40.0, 1),  # a busy host, one thread: its times include the wait, it took no larger share
+    (2, 40.0, 40.0, 2),  # two threads where two are allowed
+    (3, 40.0, 40.0, None),  # torch's own thread count: nothing is allowed or judged
+    (2, 8.0, 9.5, 1),    # a share over the limit but a wait under 10 ms
+])
+def test_no_share_warning_without_both_more_threads_and_a_busy_host(ran, cand_wait, base_wait, threads):
+    res = sides(ran, cand_wait, base_wait)
+    if (cand_wait, base_wait) == (8.0, 9.5):
+        for rec in res["c"].values():
+            rec["blocks_ms"] = 50.0
+    assert share_findings(res, cpu_threads=threads) == []
+
+
+def test_a_share_warning_turns_supported_into_inconclusive_and_leaves_other_verdicts():
+    (f,) = share_findings(sides(2, 30.0), cpu_threads=1)
+    ok = Verdict(SUPPORTED, ("speedup [case c]: interval above the bar",))
+    v = inconclusive_when(ok, [f])
+    assert v.verdict == INCONCLUSIVE and v.reasons[0].startswith("share [case c]: the candidate ran 2 threads")
+    assert v.reasons[1:] == ok.reasons
+    assert inconclusive_when(Verdict(REFUTED, ("r",)), [f]).verdict == REFUTED
+    passed = Finding(SHARE, True, "checked", "c", severity=WARNING)
+    assert inconclusive_when(ok, [passed]) is ok and inconclusive_when(ok, []) is ok
+
+
+def test_the_account_counts_the_threads_that_ran_over_the_whole_case():
+    """Short blocks are pooled before a span is judged; the case's count sums every block, so
+    a second thread that computed a little in each of many blocks is counted once, and a pool
+    thread that woke for 2% of the time is not counted."""
+    wall, cpu = [0], {1: 0, 2: 0, 3: 0}
+
+    class Reader:
+        def wall_ns(self) -> int:
+            return wall[0]
+
+        def process_cpu_ns(self) -> int:
+            return sum(cpu.values())
+
+        def thread_cpu_ns(self):
+            return dict(cpu)
+
+    acc = ResourceAccount(1, case="c", reader=Reader())
+    for _ in range(40):
+        acc.begin()
+        wall[0] += 5_000_000
+        cpu[1] += 4_000_000
+        cpu[2] += 1_000_000  # 20% of each block
+        cpu[3] += 100_000  # 2%
+        assert acc.end() is None  # 1.02 cores: under the limit
+    assert acc.close() is None
+    use = acc.over_case()
+    assert use.wall_s == pytest.approx(0.2) and use.cpu_s == pytest.approx(0.204)
+    assert acc.summary()["case_threads_ran"] == 2
+    merged = busiest(acc.summary(), {**acc.summary(), "case_threads_ran": 3})
+    assert merged["case_threads_ran"] == 3

@@ -16,6 +16,11 @@ by two other processes, three of the adversarial suite's honest candidates went 
 CPU for 36-48% of their timed blocks, against 0-1% on the quiet machine
 (``benchmarks/results/cpu-2026-11-27/contention.md``); the report now says why their times
 are not the code's alone.
+
+One consequence is a verdict's (:func:`share_findings`): a candidate that ran more threads
+than ``measure.cpu_threads`` allows, timed on such a host, may have taken a larger share of
+the cores than its baseline's one thread got, and that share cannot be told apart from
+faster code; its ``supported`` becomes ``inconclusive``.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from ..core.findings import WARNING, Finding
 
 CONTENTION = "contention"
+SHARE = "share"
 
 
 class RunQueueWait:
@@ -54,6 +60,14 @@ class RunQueueWait:
             return int(os.pread(fd, 128, 0).split()[1])
         except (OSError, IndexError, ValueError):
             return None
+
+    def __del__(self) -> None:  # the files close with the reader
+        for fd in self._fds.values():
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
 
 @dataclass
@@ -113,4 +127,47 @@ def contention_findings(resources: Mapping[str, Mapping[str, Mapping[str, Any]]]
                 "is reported): other work held the cores its calls needed (another process on this host, or more "
                 "threads than cores), and its times include that wait; measure on a quiet machine"),
                 case, severity=WARNING, figure=round(waited / blocks, 4), threshold=LIMIT))
+    return out
+
+
+def share_findings(resources: Mapping[str, Mapping[str, Mapping[str, Any]]],
+                   cpu_threads: Optional[int]) -> List[Finding]:
+    """One ``share`` warning per case whose candidate ran more threads than ``cpu_threads``
+    allows (``case_threads_ran``: threads each on a CPU for at least a tenth of the case's
+    timed blocks) while either side's timing thread waited for a CPU for more than
+    :data:`LIMIT` of its blocks; the run's verdict treats it as a reason for
+    ``inconclusive`` (:func:`~expkit.verdict.rules.inconclusive_when`).
+
+    On a quiet host the ``resources`` check sees such a candidate's extra cores. On a busy
+    one it cannot: each runnable thread gets a share of the cores, and a candidate that
+    computed half of each call on a second thread used 0.85-0.99 cores beside two busy
+    processes on the 2-core CPU machine, under the limit, yet was ``supported`` at 1.36x
+    against its own baseline (``benchmarks/results/cpu-2026-11-27/under_load.md``). Nor can
+    a count of runnable threads (CPU time plus each thread's wait for a CPU) tell such a
+    candidate from an honest one that hands small calls to a pool and waits: under load
+    the pool's wake-ups overlap, and the two ranges met
+    (``benchmarks/results/cpu-2026-11-27b/README.md``). What is known is that the speedup
+    was measured where more threads buy more of the host; so it is not reported as earned."""
+    if cpu_threads is None:
+        return []
+    out = []
+    for case, sides in sorted(resources.items()):
+        cand = sides.get("candidate") or {}
+        ran = int(cand.get("case_threads_ran") or 0)
+        if ran <= cpu_threads:
+            continue
+        busy = []
+        for role, rec in sorted(sides.items()):
+            waited, blocks = float(rec.get("waited_ms") or 0.0), float(rec.get("blocks_ms") or 0.0)
+            if blocks > 0 and waited >= MIN_WAIT_MS and waited / blocks > LIMIT:
+                busy.append((waited / blocks, role))
+        if not busy:
+            continue
+        share, role = max(busy)
+        out.append(Finding(SHARE, False, (
+            f"the candidate ran {ran} threads where measure.cpu_threads allows {cpu_threads}, on a host where the "
+            f"{role}'s timing thread waited for a CPU for {share:.0%} of its timed blocks: where other work holds the "
+            "cores, more threads take a larger share of them, and that share cannot be told apart from faster code; "
+            "measure on a quiet machine"),
+            case, severity=WARNING, figure=float(ran), threshold=float(cpu_threads)))
     return out

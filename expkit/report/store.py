@@ -33,7 +33,9 @@ result.json history (``schema_version``):
        counts) came later within 4, as an added key: files without it read as they are,
        and readers take its absence as not measured. So did ``waited_ms`` and
        ``blocks_ms`` in each side's ``defences.resources`` account (a CPU run's timing
-       thread's wait for a CPU over its timed blocks, ``checks/contention.py``).
+       thread's wait for a CPU over its timed blocks, ``checks/contention.py``), and
+       ``case_threads_ran`` there (threads each on a CPU for a tenth or more of the
+       case's timed blocks, ``checks/activity.py``).
 samples.csv history (column ``schema_version``):
   1 -- case, side, round, position, number, seconds, t_start, t_end, flagged.
   2 -- adds call_seconds (the call's CUDA-event time beside ``seconds`` when ``seconds``

@@ -13,9 +13,9 @@ Nothing here runs code under test or reads a clock; it imports only
 """
 
 from .rules import (EXIT_CODES, INCONCLUSIVE, INVALID, REFUTED, SEVERITY, SUPPORTED, VERDICTS, CaseVerdict, Verdict,
-                    decide, judge_case, worst)
+                    decide, inconclusive_when, judge_case, worst)
 
 __all__ = [
     "SUPPORTED", "REFUTED", "INCONCLUSIVE", "INVALID", "VERDICTS", "EXIT_CODES", "SEVERITY",
-    "CaseVerdict", "Verdict", "judge_case", "decide", "worst",
+    "CaseVerdict", "Verdict", "judge_case", "decide", "inconclusive_when", "worst",
 ]

@@ -15,7 +15,7 @@ from typing import Any, List, Mapping, Optional, Sequence
 from ..core.findings import WARNING, Finding
 from ..manifest.settings import DefenceSettings
 from . import roofline
-from .rules import INCONCLUSIVE, SUPPORTED, Verdict
+from .rules import inconclusive_when
 
 PLAUSIBILITY = "plausibility"
 
@@ -66,7 +66,4 @@ def plausibility(manifest: Any, estimates: Mapping[str, Any], gpu_name: Optional
 
 def apply_plausibility(v: Any, found: Sequence[Finding]) -> Any:
     """``supported`` becomes ``inconclusive`` when any plausibility check fired."""
-    fired = [f for f in found if f.check == PLAUSIBILITY and not f.ok]
-    if v.verdict != SUPPORTED or not fired:
-        return v
-    return Verdict(INCONCLUSIVE, tuple(f.reason() for f in fired) + tuple(v.reasons), v.cases)
+    return inconclusive_when(v, [f for f in found if f.check == PLAUSIBILITY])

@@ -104,6 +104,16 @@ def decide(
     return Verdict(overall, reasons, cases)
 
 
+def inconclusive_when(v: Verdict, fired: Sequence[Finding]) -> Verdict:
+    """``supported`` becomes ``inconclusive`` when any of ``fired`` (failed warnings that
+    leave the times standing but say a speedup may not be the code's) is there; their
+    reasons come first. Any other verdict stands: a claim refuted or invalid stays so."""
+    fired = [f for f in fired if not f.ok]
+    if v.verdict != SUPPORTED or not fired:
+        return v
+    return Verdict(INCONCLUSIVE, tuple(f.reason() for f in fired) + tuple(v.reasons), v.cases)
+
+
 def worst(verdicts: Sequence[str]) -> str:
     for v in SEVERITY:
         if v in verdicts:
