@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/under_load.py [--busy 2] [--bad] [-- override ...]
+    python benchmarks/under_load.py [--busy 2] [--bad] [--only NAME,...] [-- override ...]
 
 Starts ``--busy`` processes that spin on a core each (``python3 -c "while True: pass"``),
 then runs every manifest of ``HONEST`` (or, with ``--bad``, of ``BAD`` and of the cheats that
@@ -10,7 +10,8 @@ take more cores, ``AWAITING_CALL_SITE``) in ``tests/adversarial/test_adversarial
 settings and per-manifest overrides, plus any given after ``--``), and prints one row each:
 the verdict, the defence checks that raised an alarm (for an honest candidate: a false
 alarm), for a cheat whether its expected check caught it, each side's timing thread's wait
-for a CPU over its timed blocks (``defences.resources``), and the run's wall time. The busy
+for a CPU over its timed blocks and how many threads ran over the case (``2t``: each on a
+CPU for a tenth of the blocks or more; ``defences.resources``), and the run's wall time. ``--only a,b`` runs only those manifests. The busy
 processes are killed at the end, also on error.
 
 The promise it checks: a host that other work keeps busy may change a verdict (the times
@@ -38,7 +39,9 @@ def waits(result) -> str:
             d = sides.get(side) or {}
             b = float(d.get("blocks_ms") or 0.0)
             w = float(d.get("waited_ms") or 0.0)
-            cells.append(f"{case} {side[0]} {w / b:.0%}" if b else f"{case} {side[0]} -")
+            n = d.get("case_threads_ran")
+            ran = f" {n}t" if n is not None else ""
+            cells.append((f"{case} {side[0]} {w / b:.0%}" if b else f"{case} {side[0]} -") + ran)
     return ", ".join(cells)
 
 
@@ -48,12 +51,14 @@ def main(argv) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--busy", type=int, default=2)
     ap.add_argument("--bad", action="store_true", help="the cheats (BAD) instead of the honest candidates")
+    ap.add_argument("--only", default="", help="comma-separated manifest names: only these")
     a = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT / "tests" / "adversarial"))
     import test_adversarial as T
 
     cheats = {**{n: v for n, v in T.BAD.items() if n not in T.COPIED}, **T.AWAITING_CALL_SITE}
     names = list(cheats) if a.bad else list(T.HONEST)
+    names = [n for n in names if n in a.only.split(",")] if a.only else names
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(a.busy)]
     print(f"{a.busy} busy processes; overrides: {' '.join(rest) or '(the suite test settings)'}\n")
     print("| manifest | verdict | " + ("caught by its check" if a.bad else "defence alarms") + " | reasons | waited / timed blocks | wall |")
