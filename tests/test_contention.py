@@ -121,20 +121,26 @@ def test_the_real_wait_grows_when_more_threads_than_cores_are_busy():
     assert (q1 - q0) > 0.02 * (w1 - w0), (q1 - q0, w1 - w0)
 
 
-def test_a_cpu_run_records_each_sides_wait_and_reports_it_without_changing_the_verdict(tmp_path, monkeypatch):
-    """With the limit at zero every side with any wait is reported: the warning reaches
-    result.json and the report, and the verdict is the one the run earned."""
+def run_counting_every_wait(name: str, tmp_path, monkeypatch):
+    """One of the adversarial suite's CPU manifests at its quick settings, with the
+    contention limits at zero: every wait counts, so the host counts as busy."""
     from pathlib import Path
 
     from expkit.checks import contention
     from expkit.runner import run_manifest
 
-    manifest = Path(__file__).parent / "adversarial" / "cpu" / "honest_gemv.yaml"
+    manifest = Path(__file__).parent / "adversarial" / "cpu" / f"{name}.yaml"
     fast = ("measure=quick", "measure.max_seconds=0.3", "measure.min_seconds=0.1", "measure.warmup_seconds=0.02",
             "measure.min_rounds=4", "measure.bootstrap=200")
     monkeypatch.setattr(contention, "LIMIT", -1.0)
     monkeypatch.setattr(contention, "MIN_WAIT_MS", -1.0)
-    out = run_manifest(manifest, fast, out_dir=tmp_path)
+    return run_manifest(manifest, fast, out_dir=tmp_path)
+
+
+def test_a_cpu_run_records_each_sides_wait_and_reports_it_without_changing_the_verdict(tmp_path, monkeypatch):
+    """With the limit at zero every side with any wait is reported: the warning reaches
+    result.json and the report, and the verdict is the one the run earned."""
+    out = run_counting_every_wait("honest_gemv", tmp_path, monkeypatch)
     sides = out.result["defences"]["resources"]["c"]
     assert all(sides[s]["blocks_ms"] > 0 and sides[s]["waited_ms"] >= 0 for s in ("baseline", "candidate")), sides
     got = [c for c in out.result["checks"] if c["check"] == CONTENTION]
@@ -152,17 +158,7 @@ def test_a_candidate_that_hands_its_calls_to_a_pool_is_not_supported_where_the_h
     """The pooled candidate's two threads each compute a share of every call (a 64x64 product
     handed over and waited for); with the limit at zero the host counts as busy, and a speedup
     measured there could be the pool's larger share of the cores."""
-    from pathlib import Path
-
-    from expkit.checks import contention
-    from expkit.runner import run_manifest
-
-    manifest = Path(__file__).parent / "adversarial" / "cpu" / "honest_own_pool.yaml"
-    fast = ("measure=quick", "measure.max_seconds=0.3", "measure.min_seconds=0.1", "measure.warmup_seconds=0.02",
-            "measure.min_rounds=4", "measure.bootstrap=200")
-    monkeypatch.setattr(contention, "LIMIT", -1.0)
-    monkeypatch.setattr(contention, "MIN_WAIT_MS", -1.0)
-    out = run_manifest(manifest, fast, out_dir=tmp_path)
+    out = run_counting_every_wait("honest_own_pool", tmp_path, monkeypatch)
     assert out.result["defences"]["resources"]["c"]["candidate"]["case_threads_ran"] == 2
     (f,) = [c for c in out.result["checks"] if c["check"] == SHARE]
     assert f["severity"] == WARNING and f["case"] == "c" and f["figure"] == 2.0
