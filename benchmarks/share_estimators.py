@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -44,11 +43,12 @@ from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "adversarial" / "cpu")]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "tests" / "adversarial" / "cpu")]
 
 import torch  # noqa: E402
 
 from expkit.checks.activity import ProcCpuReader  # noqa: E402
+from under_load import spinning  # noqa: E402
 
 
 def host_sched() -> Tuple[int, int]:
@@ -181,9 +181,7 @@ def main(argv: List[str]) -> int:
     print("| busy | candidate | cores | per-thread | capped | host | busiest | ran | timing thread's wait | gain over one thread |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for busy in [int(x) for x in a.busy.split(",")]:
-        procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=a.sessions)
-                 for _ in range(busy)]
-        try:
+        with spinning(busy, sessions=a.sessions):
             time.sleep(0.3)
             for name, (fn, ref, args) in candidates().items():
                 if a.only and name not in a.only.split(","):
@@ -191,9 +189,6 @@ def main(argv: List[str]) -> int:
                 r = blocks(fn, ref, args, a.blocks, a.block_ms / 1e3)
                 print(f"| {busy} | {name} | {r['cores']:.2f} | {r['per-thread']:.2f} | {r['capped']:.2f} | {r['host']:.2f} | "
                       f"{r['busiest']:.2f} | {r['ran']} | {r['wait']:.0%} | {r['gain']:.2f}x |", flush=True)
-        finally:
-            for p in procs:
-                p.kill()
     return 0
 
 

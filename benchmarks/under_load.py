@@ -22,14 +22,30 @@ against an honest candidate or let a cheat through.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator, List
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextlib.contextmanager
+def spinning(n: int, *, sessions: bool = False) -> Iterator[List[subprocess.Popen]]:
+    """``n`` processes that spin on a core each while the block runs, killed after it (also on
+    error); ``sessions``: each in a session of its own, as another user's job runs."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=sessions)
+             for _ in range(n)]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def waits(result) -> str:
@@ -59,11 +75,10 @@ def main(argv) -> int:
     cheats = {**{n: v for n, v in T.BAD.items() if n not in T.COPIED}, **T.AWAITING_CALL_SITE}
     names = list(cheats) if a.bad else list(T.HONEST)
     names = [n for n in names if n in a.only.split(",")] if a.only else names
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(a.busy)]
     print(f"{a.busy} busy processes; overrides: {' '.join(rest) or '(the suite test settings)'}\n")
     print("| manifest | verdict | " + ("caught by its check" if a.bad else "defence alarms") + " | reasons | waited / timed blocks | wall |")
     print("|---|---|---|---|---|---|")
-    try:
+    with spinning(a.busy):
         for name in names:
             t = time.perf_counter()
             out = T.run(name, Path(tempfile.mkdtemp(prefix="under_load_")), *rest)
@@ -81,9 +96,6 @@ def main(argv) -> int:
                 judged = ", ".join(f"**{x}**" for x in alarms) or "none"
             print(f"| {name} | {out.verdict} | {judged} | {', '.join(sorted(got)) or '-'} | {waits(result)} | "
                   f"{time.perf_counter() - t:.1f} s |", flush=True)
-    finally:
-        for p in busy:
-            p.kill()
     return 0
 
 

@@ -1,4 +1,5 @@
-"""benchmarks/under_load.py: one honest manifest and one cheat, with no busy process (a real run each)."""
+"""benchmarks/under_load.py: one honest manifest and one cheat, with no busy process (a real run each);
+benchmarks/share_estimators.py, which starts its busy processes through under_load.py's ``spinning``."""
 
 from __future__ import annotations
 
@@ -31,3 +32,16 @@ def test_a_cheat_gets_a_row_saying_its_check_caught_it(monkeypatch, capsys):
     (row,) = _rows(capsys)
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[:3] == ["stale_buffer", "invalid", "yes"] and "output" in cells[3], row
+
+
+def test_the_share_probe_prints_a_row_per_load_and_candidate_with_the_figures_that_agree_on_one_thread(capsys):
+    """benchmarks/share_estimators.py on one thread doing the product itself: every count of
+    its threads is about one, on a quiet host and beside one busy process."""
+    script = repo_scripts.load("benchmarks/share_estimators.py")
+    assert script.main(["--busy", "0,1", "--blocks", "3", "--block-ms", "5", "--only", "one thread (mm)"]) == 0
+    rows = _rows(capsys)
+    assert [r.split("|")[1].strip() for r in rows] == ["0", "1"], rows
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[1] == "one thread (mm)" and cells[7] == "1", row
+        assert all(0.5 < float(x) < 1.3 for x in cells[2:7]), row
