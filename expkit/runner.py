@@ -196,14 +196,16 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
     findings += e2e.findings if e2e is not None else ()
     stages.mark("end_to_end")
     findings += pair.close(out_dir)
-    findings += contention_findings(pair.evidence.get("resources", {}))  # each side's wait for a CPU, all processes
+    waited = contention_findings(pair.evidence.get("resources", {}))  # each side's wait for a CPU, all processes
+    findings += waited
     shared = share_findings(pair.evidence.get("resources", {}), settings.measure.cpu_threads)  # more threads, busy host
     findings += shared
     claims = {c.name: m.claimed(c) for c in m.cases}
     budget = {name: cs.budget_spent for name, cs in measured.items()}
     v = inconclusive_when(decide(findings, estimates, claims, m.claim.tolerance, budget, m.aggregate), shared)
     if settings.defences.enabled:
-        plausible = plausibility(m, estimates, (env.get("gpu") or {}).get("name"), settings.defences)
+        plausible = plausibility(m, estimates, (env.get("gpu") or {}).get("name"), settings.defences,
+                                 busy={f.case for f in waited if f.case})
         findings += plausible
         v = apply_plausibility(v, plausible)
     if e2e is not None:  # a claim that names the workload is judged on it too (workload.judge.apply)

@@ -352,6 +352,17 @@ def test_plausibility_factor_rule_and_its_acknowledgement():
     assert plausibility.plausibility(_manifest(limit=50.0), {"c": _est(12.0)}, None, D) == []
 
 
+def test_plausibility_on_a_busy_host_names_the_wait_not_a_cheat():
+    (quiet,) = plausibility.plausibility(_manifest(), {"c": _est(54.5)}, None, D)
+    (busy,) = plausibility.plausibility(_manifest(), {"c": _est(54.5)}, None, D, busy={"c"})
+    assert "replayed result" in quiet.message and "host was busy" not in quiet.message
+    assert "host was busy while it was timed" in busy.message and "replayed result" not in busy.message
+    assert busy.message.startswith("measured 54.5x is above the plausible factor 10x")
+    assert (busy.figure, busy.threshold, busy.severity) == (quiet.figure, quiet.threshold, quiet.severity)
+    (other,) = plausibility.plausibility(_manifest(), {"c": _est(54.5)}, None, D, busy={"d"})
+    assert other.message == quiet.message
+
+
 def test_plausibility_roofline_rule_needs_declared_work_and_a_known_gpu():
     # 1 GB in 1 ms is 1 TB/s: above a T4's 320 GB/s.
     m = _manifest(flops=None, bytes=1e9, precision=None)

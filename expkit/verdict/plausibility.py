@@ -10,7 +10,7 @@ code has no say in them.
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping, Optional, Sequence
+from typing import Any, Collection, List, Mapping, Optional, Sequence
 
 from ..core.findings import WARNING, Finding
 from ..manifest.settings import DefenceSettings
@@ -21,7 +21,7 @@ PLAUSIBILITY = "plausibility"
 
 
 def plausibility(manifest: Any, estimates: Mapping[str, Any], gpu_name: Optional[str],
-                 d: DefenceSettings) -> List[Finding]:
+                 d: DefenceSettings, busy: Collection[str] = ()) -> List[Finding]:
     """Speedups nobody should believe without a second look (``WARNING`` findings).
 
     Two rules, each named in its message: the point estimate above the plausible
@@ -29,7 +29,13 @@ def plausibility(manifest: Any, estimates: Mapping[str, Any], gpu_name: Optional
     the case declares ``flops``/``bytes``, a candidate median time that would put it
     above the device's catalog peak (compute, DRAM bandwidth or the roofline of the
     two; ``roofline.side_rates``). The factor can be acknowledged in the manifest;
-    the roofline cannot (fix the declared work or the catalog instead)."""
+    the roofline cannot (fix the declared work or the catalog instead).
+
+    ``busy``: the cases timed while other work held the host's cores (a ``contention``
+    warning). There the likelier cause of a factor above the plausible is a side slowed by
+    the wait, and the message says so: with two busy processes on the 2-core CPU machine and
+    two threads allowed, a baseline on torch's pool of two measured 54.5x and 57.8x slower
+    than one-thread candidates (``benchmarks/results/cpu-2026-11-27b/README.md``)."""
     out: List[Finding] = []
     limit = getattr(manifest.expect, "max_plausible_speedup", None)
     source = "expect.max_plausible_speedup" if limit else "defences.max_plausible_speedup"
@@ -39,10 +45,13 @@ def plausibility(manifest: Any, estimates: Mapping[str, Any], gpu_name: Optional
         if est is None:
             continue
         if est.speedup > limit:
+            why = ("the host was busy while it was timed (the contention warnings), and a wait for cores can slow "
+                   "one side far more than the other, a pool of threads most; measure on a quiet machine"
+                   if case.name in busy else
+                   "look for a replayed result, skipped work or an unfair baseline before believing it")
             out.append(Finding(PLAUSIBILITY, False,
                                f"measured {est.speedup:.3g}x is above the plausible factor {limit:g}x ({source}): "
-                               "look for a replayed result, skipped work or an unfair baseline before believing it; "
-                               "if the factor is expected, say so with expect.max_plausible_speedup",
+                               f"{why}; if the factor is expected, say so with expect.max_plausible_speedup",
                                case.name, severity=WARNING, figure=est.speedup, threshold=limit))
         flops, nbytes = getattr(case, "flops", None), getattr(case, "bytes", None)
         if flops is None and nbytes is None:
