@@ -110,6 +110,15 @@ LIMIT = 0.10
 MIN_WAIT_MS = 10.0
 
 
+def waited_share(rec: Mapping[str, Any]) -> Optional[float]:
+    """A side's wait over its timed blocks (``defences.resources`` summary) where it is over
+    :data:`LIMIT` and at least :data:`MIN_WAIT_MS`, else None."""
+    waited, blocks = float(rec.get("waited_ms") or 0.0), float(rec.get("blocks_ms") or 0.0)
+    if blocks <= 0 or waited < MIN_WAIT_MS or waited / blocks <= LIMIT:
+        return None
+    return waited / blocks
+
+
 def contention_findings(resources: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> List[Finding]:
     """One warning per case and side whose timing thread waited for a CPU for more than
     :data:`LIMIT` of its timed blocks, summed over the run's processes (``resources``:
@@ -117,16 +126,17 @@ def contention_findings(resources: Mapping[str, Mapping[str, Mapping[str, Any]]]
     out = []
     for case, sides in sorted(resources.items()):
         for role, rec in sorted(sides.items()):
-            waited, blocks = float(rec.get("waited_ms") or 0.0), float(rec.get("blocks_ms") or 0.0)
-            if blocks <= 0 or waited < MIN_WAIT_MS or waited / blocks <= LIMIT:
+            share = waited_share(rec)
+            if share is None:
                 continue
+            waited, blocks = float(rec["waited_ms"]), float(rec["blocks_ms"])
             n = int(rec.get("processes", 1))
             out.append(Finding(CONTENTION, False, (
                 f"the {role}'s timing thread waited for a CPU for {waited:.1f} ms of its {blocks:.1f} ms of timed "
-                f"blocks ({waited / blocks:.0%}, over {n} process{'es' if n != 1 else ''}; more than {LIMIT:.0%} "
+                f"blocks ({share:.0%}, over {n} process{'es' if n != 1 else ''}; more than {LIMIT:.0%} "
                 "is reported): other work held the cores its calls needed (another process on this host, or more "
                 "threads than cores), and its times include that wait; measure on a quiet machine"),
-                case, severity=WARNING, figure=round(waited / blocks, 4), threshold=LIMIT))
+                case, severity=WARNING, figure=round(share, 4), threshold=LIMIT))
     return out
 
 
@@ -156,11 +166,7 @@ def share_findings(resources: Mapping[str, Mapping[str, Mapping[str, Any]]],
         ran = int(cand.get("case_threads_ran") or 0)
         if ran <= cpu_threads:
             continue
-        busy = []
-        for role, rec in sorted(sides.items()):
-            waited, blocks = float(rec.get("waited_ms") or 0.0), float(rec.get("blocks_ms") or 0.0)
-            if blocks > 0 and waited >= MIN_WAIT_MS and waited / blocks > LIMIT:
-                busy.append((waited / blocks, role))
+        busy = [(w, role) for role, rec in sorted(sides.items()) if (w := waited_share(rec)) is not None]
         if not busy:
             continue
         share, role = max(busy)
