@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from expkit import runner
+from expkit.bench import endpoint
 from expkit.bench import pair as pair_module
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "manifests" / "examples" / "cpu"
@@ -162,6 +163,18 @@ def test_both_workers_end_a_case_and_close_at_once(tmp_path, monkeypatch):
         assert ("begin_close", None, log[second][2], log[second][3]) in log[:first], log
 
 
+def test_each_pair_asks_once_how_its_workers_start(tmp_path, monkeypatch):
+    """Both workers of a pair start the same way, decided once (each decision reads the
+    process's memory map); why ``auto`` did not fork is kept per later replicate."""
+    asked = []
+    monkeypatch.setattr(endpoint, "fork_unsafe_reason", lambda: asked.append(1) or "a test process")
+    result = runner.run_manifest(EXAMPLES / "honest-win.yaml", ["measure=quick", "measure.processes=2"],
+                                 tmp_path / "run").result
+    assert len(asked) == 2, asked  # the first pair, and the second replicate's
+    assert result["defences"]["start_method"] == "forkserver"
+    assert result["defences"]["replicate_start_methods"] == ["forkserver (a test process)"]
+
+
 def test_a_replicate_starts_early_only_where_the_memory_plan_leaves_room(monkeypatch):
     """On a GPU, two more workers' CUDA contexts beside the pairs still open must fit: a
     plan without figures, or with too little room, starts the next pair only when it opens."""
@@ -171,7 +184,8 @@ def test_a_replicate_starts_early_only_where_the_memory_plan_leaves_room(monkeyp
     from expkit.bench.memory import GiB, MemoryPlan
 
     started = []
-    monkeypatch.setattr(rep, "open_pair", lambda lm, settings, device, greet=True: started.append(greet) or object())
+    monkeypatch.setattr(rep, "open_pair", lambda lm, settings, device, greet=True:
+                        started.append(greet) or SimpleNamespace(why_not_forked=None))
     monkeypatch.setattr(rep, "_telemetry", lambda device, gpu: None)
     settings = SimpleNamespace(measure=SimpleNamespace(processes=3), defences=SimpleNamespace(start_method="fork"))
     lm = SimpleNamespace(manifest=SimpleNamespace(end_to_end=None))

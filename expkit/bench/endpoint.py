@@ -49,7 +49,7 @@ from ..checks.children import descendants
 from ..core.errors import ExpkitError, ManifestError
 from ..core.findings import Finding
 from .channel import HEADER, KEY_LEN, MAGIC, WORKER, Channel, ChannelError, RemoteError, write_all
-from .fork_safety import cuda_initialised, fork_is_safe
+from .fork_safety import cuda_initialised, fork_is_safe, fork_unsafe_reason
 from .preload import preload_for
 from .worker import error_reply, worker_main
 
@@ -65,9 +65,28 @@ class OutOfMemory(RemoteError):
 
 
 def _context(method: str, device: str = "cpu") -> Any:
-    global _forkserver_ready
+    return start_context(method, device)[0]
+
+
+def start_context(method: str, device: str = "cpu") -> Tuple[Any, Optional[str]]:
+    """(the multiprocessing context a worker starts with, why ``auto`` did not fork or None).
+
+    A pair resolves it once for both its workers: each answer reads the process's memory
+    map (:func:`~.fork_safety.cuda_initialised`), 2.6 ms on the 2-core CPU machine with
+    torch loaded, and a pair had asked five times: 26 reads and 67 ms of one ``quick``
+    run of the README's example, 7 reads and 18 ms since
+    (``benchmarks/results/cpu-2026-11-27c/README.md``)."""
+    why: Optional[str] = None
     if method == "auto":
-        method = "fork" if fork_is_safe() else "forkserver"
+        why = fork_unsafe_reason()
+        if why is None:  # it checked CUDA's driver too
+            return multiprocessing.get_context("fork"), None
+        method = "forkserver"
+    return _resolved(method, device), why
+
+
+def _resolved(method: str, device: str) -> Any:
+    global _forkserver_ready
     if method == "fork":
         # For a process known to be fresh (a suite's worker that has run no torch op):
         # a fork copies one thread, so a process with an OpenMP pool or a CUDA context
@@ -175,14 +194,14 @@ class WorkerEndpoint:
 
     isolated = True
 
-    def __init__(self, lm: Any, settings: Any, device: str, role: str) -> None:
+    def __init__(self, lm: Any, settings: Any, device: str, role: str, ctx: Any = None) -> None:
         self.lm, self.settings, self.device, self.role = lm, settings, device, role
         self.d = settings.defences
         self._dir = tempfile.mkdtemp(prefix=f"expkit-{role}-")
         out_name, err_name = EVIDENCE[role]
         self.stdout_path = os.path.join(self._dir, out_name)
         self.stderr_path = os.path.join(self._dir, err_name)
-        ctx = _context(self.d.start_method, device)
+        ctx = ctx if ctx is not None else _context(self.d.start_method, device)
         req_r, req_w = ctx.Pipe(duplex=False)
         rep_r, rep_w = ctx.Pipe(duplex=False)
         forked = ctx.get_start_method() == "fork"

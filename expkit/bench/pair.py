@@ -42,7 +42,7 @@ from ..manifest.settings import Settings
 from . import cores
 from .case_sides import CaseSides
 from .channel import ChannelError
-from .endpoint import LocalEndpoint, WorkerEndpoint
+from .endpoint import LocalEndpoint, WorkerEndpoint, start_context
 from .fallback import FALLBACK
 from .fork_safety import threads_the_child_never_needs
 from .ledger import merge as merge_ledgers
@@ -67,6 +67,8 @@ class Pair:
         self.lm, self.settings, self.device = lm, settings, device
         d = settings.defences
         self.isolated = d.enabled and d.isolate and sides is None
+        #: Why ``defences.start_method=auto`` started these workers otherwise than by a fork; None if forked.
+        self.why_not_forked: Optional[str] = None
         #: ``frozen``: the other side's worker stopped while a side's blocks are timed (.freeze).
         self.evidence: Dict[str, Any] = {"isolated": self.isolated, "separate_sides": self.isolated,
                                          "frozen": self.isolated and d.freeze}
@@ -80,10 +82,11 @@ class Pair:
             # preflight checks, and every later replicate is compared with
             # (``replicates.code_moved``), is the code as it was before any of the
             # candidate's ran: it can write the baseline's files.
-            self.b: Any = WorkerEndpoint(lm, settings, device, BASELINE)
+            ctx, self.why_not_forked = start_context(d.start_method, device)
+            self.b: Any = WorkerEndpoint(lm, settings, device, BASELINE, ctx)
             if baseline_first:
                 self._hb = self._early_hello()
-            self.c: Any = WorkerEndpoint(lm, settings, device, CANDIDATE)
+            self.c: Any = WorkerEndpoint(lm, settings, device, CANDIDATE, ctx)
         else:
             fns = sides or {}
             self.b = LocalEndpoint(lm, settings, device, BASELINE, *fns.get(BASELINE, (None, None)))

@@ -17,7 +17,7 @@ from ..core.findings import Finding
 from ..manifest.settings import Settings
 from ..manifest.spec import LoadedManifest
 from ..timing import measure
-from .fork_safety import fork_unsafe_reason, threads_the_child_never_needs
+from .fork_safety import threads_the_child_never_needs
 from .memory import GiB, HEADROOM
 from .pair import Pair, open_pair
 from .side import ROLES
@@ -109,8 +109,8 @@ class Replicates:
         return None
 
     def _start(self, greet: bool = True) -> Tuple[Optional[str], Pair]:
-        why = fork_unsafe_reason() if self.settings.defences.start_method == "auto" else None
-        return why, open_pair(self.lm, self.settings, self.device, greet=greet)
+        pair = open_pair(self.lm, self.settings, self.device, greet=greet)
+        return pair.why_not_forked, pair
 
     def start_early(self, r: int) -> None:
         """Start replicate ``r``'s pair now, its hello read when it opens: its workers' start
