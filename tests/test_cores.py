@@ -141,5 +141,32 @@ def test_a_pinned_run_leaves_the_sides_code_its_cores_and_the_caller_its_own(tmp
     assert result["verdict"] != "invalid", result["checks"]
     assert cores.current() == allowed
     assert set(asked) == ({one} if pin else {None})
+    # The workers' request threads relay as batch threads only where they share the parent's cores.
+    assert result["defences"].get("relay_policy") == ("SCHED_BATCH" if pin and hasattr(os, "SCHED_BATCH") else None)
     records = [line.split() for f in tmp_path.glob("cores-*") for line in f.read_text().splitlines()]
     assert records and all(sorted(map(int, r)) == sorted(allowed) for r in records)
+
+
+batch = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="no SCHED_BATCH on this platform")
+
+
+@batch
+def test_a_relay_on_shared_cores_makes_the_workers_request_threads_batch_threads_or_none():
+    """A woken batch thread does not preempt the parent that woke it (``relay_quietly``);
+    where one worker cannot be set, none is left changed."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert os.sched_getscheduler(child.pid) == os.SCHED_OTHER
+        assert cores.relay_quietly([child.pid]) == os.SCHED_BATCH
+        assert os.sched_getscheduler(child.pid) == os.SCHED_BATCH
+        os.sched_setscheduler(child.pid, os.SCHED_OTHER, os.sched_param(0))
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        assert cores.relay_quietly([child.pid, gone.pid]) is None
+        assert os.sched_getscheduler(child.pid) == os.SCHED_OTHER
+    finally:
+        child.kill()
+        child.wait()

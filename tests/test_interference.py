@@ -232,6 +232,22 @@ def test_a_worker_whose_priority_is_not_the_runs_is_named():
         in f.message, f.message
 
 
+def test_a_worker_put_back_from_the_relays_batch_policy_is_named():
+    """Where the workers relay on the parent's cores as batch threads (``cores.relay_quietly``),
+    the run's expected policy is ``SCHED_BATCH``: a worker set back to ``SCHED_OTHER`` (which
+    preempts the parent when woken, and has the parent interrupt its timed calls) is named."""
+    policy = {1: (os.SCHED_BATCH, 0), 2: (os.SCHED_BATCH, 0)}
+    w = WorkerWatch({"b": 1, "c": 2}, read=lambda pid: 0, events=lambda pid: None, priority=policy.get,
+                    expected=(os.SCHED_BATCH, 0))
+    _timed(w, Clocks(), "b", 1_000_000, 0)
+    assert w.findings("k", ROLES) == []
+    policy[1] = (os.SCHED_OTHER, 0)
+    _timed(w, Clocks(), "b", 1_000_000, 0)
+    (f,) = w.findings("k", ROLES)
+    assert "the baseline's worker had its priority changed (nice 0 where the run's is nice 0, SCHED_BATCH)" \
+        in f.message, f.message
+
+
 def test_a_real_workers_priority_is_read_from_the_parent():
     """The real calls: a child's policy and nice as the parent reads them, and a nice of 5
     more than the parent's named."""

@@ -48,6 +48,12 @@ class CaseSides:
         #: allowance is kept for runs without the freeze.
         spin = 0.0 if self.freeze is not None else pool_cores(pair.settings.measure.cpu_threads)
         self.watch = WorkerWatch(pids, cpu=pair.device == "cpu", pool_cores=spin) if apart else None
+        if self.watch is not None and share is not None and self.watch.expected is not None:
+            # Hand-overs on shared cores: a woken worker waits for the parent to wait (.cores).
+            policy = cores.relay_quietly([pids[BASELINE], pids[CANDIDATE]])
+            if policy is not None:
+                self.watch.expected = (policy, self.watch.expected[1])
+            pair.evidence["relay_policy"] = "SCHED_BATCH" if policy is not None else "the parent's"
         self.baseline = SideFn(BASELINE, self._warm, self._call)
         self.candidate = SideFn(CANDIDATE, self._warm, self._call)
 

@@ -30,7 +30,9 @@ outside, through the kernel, where a worker's code cannot reach:
   (on the H100 host, where a test session's workers came from the fork server, a
   candidate that stopped its baseline was `supported` with the first alone).
 - **Priority**: each side's scheduling policy and nice, read after each of its requests,
-  against the parent's (a process may lower another's of its user; `sibling_nice`).
+  against the run's (a process may lower another's of its user; `sibling_nice`): the
+  parent's, with ``SCHED_BATCH`` where the workers relay on the parent's cores
+  (``bench.cores.relay_quietly``).
 
 The CPU time is watched in CPU runs only: a GPU worker's own driver and CUPTI threads
 work between its requests, and what slows a GPU side's kernels is work on the GPU
@@ -151,7 +153,7 @@ class WorkerWatch:
     stops and priorities are watched either way). Each side's priority (its main
     thread's scheduling policy and nice: the thread that times its calls) is read after
     each of its requests and held against ``expected``: the parent's, which a worker
-    inherits and expkit never changes. ``pool_cores``: the cores an idle worker's own thread
+    inherits, or the policy the relay gave both (``bench.case_sides``). ``pool_cores``: the cores an idle worker's own thread
     pool may spin (``measure.cpu_threads - 1``), allowed beyond :data:`IDLE_CORES_LIMIT`.
     ``read``, ``events`` and ``priority`` are the seams for tests."""
 
