@@ -167,7 +167,10 @@ def test_each_pair_asks_once_how_its_workers_start(tmp_path, monkeypatch):
     """Both workers of a pair start the same way, decided once (each decision reads the
     process's memory map); why ``auto`` did not fork is kept per later replicate."""
     asked, pairs = [], []
-    monkeypatch.setattr(endpoint, "fork_unsafe_reason", lambda: asked.append(1) or "a test process")
+    monkeypatch.setattr(endpoint, "fork_unsafe_reason", lambda: "a test process")
+    decide = pair_module.start_context
+    monkeypatch.setattr(pair_module, "start_context", lambda method, device: asked.append(method)
+                        or decide(method, device))
     started = endpoint.WorkerEndpoint.__init__
 
     def worker(self, lm, settings, device, role, ctx=None):
