@@ -107,11 +107,12 @@ def relay_quietly(pids: Sequence[int]) -> Optional[int]:
     A batch thread woken by a request does not preempt the thread that woke it, so the
     parent ends its write and waits for the reply before the worker runs its block. Under
     ``SCHED_OTHER`` the woken worker took the core inside the parent's write, and the
-    parent took it back, to end its write and wait, inside the timed span of 28-46% of the
+    parent took it back, to end its write and wait, inside the timed span of 31-57% of the
     blocks of the README's example on the 2-core machine (an involuntary switch in the
-    timed calls, those blocks 2-6% slower); as batch threads 1-3%
-    (``benchmarks/results/cpu-2026-11-27c/README.md``). A running batch thread is
-    scheduled as any other: the calls get the same core as before."""
+    timed calls, those blocks a few per cent slower on average); as batch threads 0-6%
+    (``benchmarks/results/cpu-2026-11-27c/README.md``; on a 16-core H200 host 27-57%
+    against 1-5%, ``h200-2026-11-27f``). A running batch thread is scheduled as any
+    other: the calls get the same core as before."""
     policy = getattr(os, "SCHED_BATCH", None)
     if policy is None:
         return None

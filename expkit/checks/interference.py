@@ -153,8 +153,9 @@ class WorkerWatch:
     stops and priorities are watched either way). Each side's priority (its main
     thread's scheduling policy and nice: the thread that times its calls) is read after
     each of its requests and held against ``expected``: the parent's, which a worker
-    inherits, or the policy the relay gave both (``bench.case_sides``). ``pool_cores``: the cores an idle worker's own thread
-    pool may spin (``measure.cpu_threads - 1``), allowed beyond :data:`IDLE_CORES_LIMIT`.
+    inherits, or the policy the relay gave both (``bench.case_sides``). ``pool_cores``:
+    the cores an idle worker's own thread pool may spin (``measure.cpu_threads - 1``),
+    allowed beyond :data:`IDLE_CORES_LIMIT`.
     ``read``, ``events`` and ``priority`` are the seams for tests."""
 
     pids: Mapping[str, int]

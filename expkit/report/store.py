@@ -35,7 +35,9 @@ result.json history (``schema_version``):
        ``blocks_ms`` in each side's ``defences.resources`` account (a CPU run's timing
        thread's wait for a CPU over its timed blocks, ``checks/contention.py``), and
        ``case_threads_ran`` there (threads each on a CPU for a tenth or more of the
-       case's timed blocks, ``checks/activity.py``).
+       case's timed blocks, ``checks/activity.py``), and ``defences.relay_policy`` (a
+       pinned CPU relay's worker policy, ``SCHED_BATCH`` or ``the parent's``; absent where
+       nothing was pinned, ``bench/cores.py``).
 samples.csv history (column ``schema_version``):
   1 -- case, side, round, position, number, seconds, t_start, t_end, flagged.
   2 -- adds call_seconds (the call's CUDA-event time beside ``seconds`` when ``seconds``
