@@ -36,14 +36,6 @@ PINNED = ["measure=quick", "measure.target_ci=0", "measure.min_block_seconds=0.0
 VARIANTS = {"defended": [], "one process": ["defences.isolate=false"], "undefended": ["defences.enabled=false"]}
 
 
-def _quantile(xs: Sequence[float], q: float) -> float:
-    s = sorted(xs)
-    pos = q * (len(s) - 1)
-    lo = int(math.floor(pos))
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
 def spread(rows: Sequence[Mapping[str, str]]) -> Dict[str, float]:
     """``iqr``, ``q05_q95`` (blocks' times relative to their process's median) and
     ``sd_log_ratio`` (of the rounds' baseline/candidate ratios), each the mean over the
@@ -57,9 +49,9 @@ def spread(rows: Sequence[Mapping[str, str]]) -> Dict[str, float]:
     iqr, wide, sd = [], [], []
     for xs in times.values():
         m = statistics.median(xs)
-        rel = [x / m for x in xs]
-        iqr.append(_quantile(rel, 0.75) - _quantile(rel, 0.25))
-        wide.append(_quantile(rel, 0.95) - _quantile(rel, 0.05))
+        q = statistics.quantiles([x / m for x in xs], n=20, method="inclusive")  # 5%, 10%, ... 95%
+        iqr.append(q[14] - q[4])
+        wide.append(q[18] - q[0])
     for by_round in rounds.values():
         lr = [math.log(v["baseline"] / v["candidate"]) for v in by_round.values() if len(v) == 2]
         if len(lr) > 1:
