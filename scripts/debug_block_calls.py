@@ -14,7 +14,12 @@ calls 2-4 and of the rest, the mean call of a block, and the first eight blocks'
 in order (the first candidate blocks a process re-checks, and the ones after them).
 Processes are named by pid; with ``defences.isolate=false`` both sides share one.
 
-    python scripts/debug_block_calls.py MANIFEST OUT_DIR [override ...]
+With ``--spin N`` each block is first preceded, outside its timed calls, by a fixed loop of
+``N`` integer additions in pure Python, timed on its own: a gauge of how fast the core runs
+code that needs no memory beyond the interpreter's; the table then adds its mean time and
+the first eight blocks' spins relative to the process's median spin.
+
+    python scripts/debug_block_calls.py [--spin N] MANIFEST OUT_DIR [override ...]
 
 Overrides default to ``measure=default`` with one process and 4 s a case at most.
 """
@@ -34,12 +39,23 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT = ["measure=default", "measure.processes=1", "measure.max_seconds=4"]
 
 
-def _wrap(cls: type, log_dir: str) -> None:
+def _spin(n: int) -> None:
+    x = 0
+    for i in range(n):
+        x += i
+
+
+def _wrap(cls: type, log_dir: str, spin: int = 0) -> None:
     inner = cls.sample
     clock = time.perf_counter
 
     def sample(self, fn, number):
         calls: List[float] = []
+        gauge = 0.0
+        if spin:
+            g0 = clock()
+            _spin(spin)
+            gauge = clock() - g0
 
         def one():
             t0 = clock()
@@ -48,7 +64,7 @@ def _wrap(cls: type, log_dir: str) -> None:
 
         per_call = inner(self, one, number)
         with open(os.path.join(log_dir, f"calls-{os.getpid()}.txt"), "a") as f:
-            f.write(json.dumps([number, calls]) + "\n")
+            f.write(json.dumps([number, calls, gauge]) + "\n")
         return per_call
 
     cls.sample = sample
@@ -59,10 +75,17 @@ def summarise(log_dir: str) -> List[str]:
     lines = ["| process | calls a block | blocks | first call | calls 2-4 | the rest | a block's mean call | "
              "first eight blocks' mean calls |", "|---|---|---|---|---|---|---|---|"]
     by: Dict[Tuple[str, int], List[List[float]]] = {}
+    spins: Dict[Tuple[str, int], List[float]] = {}
     for path in sorted(glob.glob(os.path.join(log_dir, "calls-*.txt"))):
         for line in open(path):
-            number, calls = json.loads(line)
-            by.setdefault((Path(path).stem.split("-", 1)[1], int(number)), []).append(calls)
+            number, calls, gauge = json.loads(line)
+            key = (Path(path).stem.split("-", 1)[1], int(number))
+            by.setdefault(key, []).append(calls)
+            spins.setdefault(key, []).append(gauge)
+    gauged = any(g for gs in spins.values() for g in gs)
+    if gauged:
+        lines[0] += " spin, mean (us) | first eight blocks' spins |"
+        lines[1] += "---|---|"
     for (proc, number), blocks in sorted(by.items()):
         if len(blocks) < 10 or number < 5:  # calibration blocks; too few calls to split
             continue
@@ -73,12 +96,20 @@ def summarise(log_dir: str) -> List[str]:
         rest = statistics.mean(rel(b[4:]) for b in blocks)
         whole = statistics.mean(rel(b) for b in blocks)
         head = " ".join(f"{rel(b):.2f}" for b in blocks[:8])
-        lines.append(f"| {proc} | {number} | {len(blocks)} | {first:.2f} | {early:.2f} | {rest:.3f} | {whole:.3f} | "
-                     f"{head} |")
+        row = (f"| {proc} | {number} | {len(blocks)} | {first:.2f} | {early:.2f} | {rest:.3f} | {whole:.3f} | "
+               f"{head} |")
+        if gauged:
+            gs = spins[(proc, number)]
+            gm = statistics.median(gs)
+            row += f" {statistics.mean(gs) * 1e6:.0f} | {' '.join(f'{g / gm:.2f}' for g in gs[:8])} |"
+        lines.append(row)
     return lines
 
 
 def main(argv: list) -> int:
+    spin = 0
+    if argv[:1] == ["--spin"] and len(argv) > 1:
+        spin, argv = int(argv[1]), argv[2:]
     if len(argv) < 2:
         print(__doc__)
         return 2
@@ -91,7 +122,7 @@ def main(argv: list) -> int:
     sys.path.insert(0, str(REPO))
     from expkit.timing.per_call import PerCallTimer
 
-    _wrap(PerCallTimer, str(log_dir))
+    _wrap(PerCallTimer, str(log_dir), spin)
     from expkit.cli.commands import main as cli
 
     cli(["run", manifest, *overrides, "defences.start_method=fork", "--out", str(out / "run"), "--quiet"])
