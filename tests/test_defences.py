@@ -237,6 +237,54 @@ def test_salt_changes_content_and_version_of_floating_inputs_only():
     assert fresh.salted
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64])
+def test_salt_copies_one_element_bit_for_bit_whatever_the_floating_dtype(dtype):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(4096, generator=g).to(dtype)
+    before = x.clone()
+    fresh = FreshInputs([(x,)], "salt", random.Random(5))
+    assert fresh._targets[0][0][1] is not None  # the fast path: a memoryview of the elements
+    width = x.element_size()
+    salted = 0
+    for _ in range(1100):  # more than one batch of draws (SALT_BATCH)
+        v0 = x._version
+        fresh.take()
+        now, was = x.view(torch.uint8).reshape(4096, width), before.view(torch.uint8).reshape(4096, width)
+        changed = (now != was).any(1)
+        assert x._version == v0 + 1
+        # one element at most changed since the last take, and it holds another element's bits
+        assert int(changed.sum()) <= 1
+        if changed.any():
+            i = int(changed.nonzero()[0])
+            others = torch.cat([was[:i], was[i + 1:]])
+            assert bool((others == now[i]).all(1).any())
+            salted += 1
+            before = x.clone()
+    assert salted > 1000  # a copy onto an equal element is the rare exception
+
+
+def test_salt_of_a_strided_input_takes_torchs_own_indexing_and_still_salts():
+    base = torch.randn(64, 64)
+    x = base.t()  # not contiguous
+    fresh = FreshInputs([(x,)], "salt", random.Random(0))
+    assert fresh._targets[0][0][1] is None
+    seen = x.clone()
+    for _ in range(20):
+        fresh.take()
+    assert not torch.equal(seen, x) and fresh.salted
+
+
+def test_the_same_seed_salts_the_same_positions():
+    def run(seed):
+        x = torch.arange(1000, dtype=torch.float32)
+        fresh = FreshInputs([(x,)], "salt", random.Random(seed))
+        for _ in range(50):
+            fresh.take()
+        return x
+
+    assert torch.equal(run(7), run(7)) and not torch.equal(run(7), run(8))
+
+
 def test_regenerate_rebuilds_and_a_set_without_floats_cannot_be_salted():
     calls = []
     rebuild = lambda seed: (calls.append(seed) or torch.full((4,), float(len(calls))),)  # noqa: E731

@@ -1,8 +1,9 @@
 """Fresh inputs: every timed call gets inputs that no earlier call has seen.
 
 Made before its timed span starts. The default, ``salt``, copies one element of one
-floating input over another at a position drawn from a secret RNG: it costs a few
-microseconds whatever the input size, bumps the tensor's version counter and changes
+floating input over another at a position drawn from a secret RNG: on the CPU about half a
+microsecond a call whatever the input size and dtype (``benchmarks/per_call_overhead.py``),
+bumps the tensor's version counter and changes
 its content, so a cache keyed on a pointer, a version or a content hash either misses
 (and the candidate pays for the work) or returns a stale answer (which the recheck
 catches). Full regeneration by the factory (``regenerate``) costs about as much as a
@@ -12,11 +13,39 @@ memory-bound op itself, which is why it is not the default.
 from __future__ import annotations
 
 import random
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 from ..checks.preflight import clone_inputs
 
 FRESH_MODES = ("salt", "regenerate", "off")
+#: Salt draws made at once per input set: a refill took about 60 us on the 2-core machine, 0.06 us a draw.
+SALT_BATCH = 1024
+#: The integer dtype of each element width, to copy an element's bits whatever it holds.
+_INT_OF_WIDTH = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+def _array(xs: Sequence[int]) -> Any:
+    import numpy as np
+
+    return np.asarray(xs, dtype="int64")
+
+
+def _writable_elements(t: Any) -> Optional[memoryview]:
+    """A one-dimensional memoryview of a contiguous CPU tensor's elements, each read as an
+    integer of its width (an element copied through it is copied bit for bit), or None where
+    there is none (another device, a strided tensor, an element wider than 8 bytes)."""
+    import torch
+
+    width = t.element_size()
+    name = _INT_OF_WIDTH.get(width)
+    if t.device.type != "cpu" or not t.is_contiguous() or name is None:
+        return None
+    try:
+        view = memoryview(t.detach().view(getattr(torch, name)).numpy().reshape(-1))
+        view[0] = view[0]  # a buffer that cannot be written through this way says so here
+    except (TypeError, RuntimeError, ValueError, NotImplementedError):
+        return None
+    return view
 
 
 def _unravel(flat: int, shape: Sequence[int]) -> Tuple[int, ...]:
@@ -52,57 +81,72 @@ class FreshInputs:
             raise ValueError(f"fresh must be one of {FRESH_MODES}, got {mode!r}")
         if not sets:
             raise ValueError("at least one input set is needed")
-        from torch.autograd.graph import increment_version
+        import numpy as np
+        import torch
 
         self._clone = clone_inputs
-        self._bump = increment_version
+        self._bump = torch._C._increment_version  # what torch.autograd.graph.increment_version calls
         self.sets = list(sets)
         self.mode = mode
         self.rng = rng
-        self._rand = rng.random
+        # Positions come in batches drawn from a generator seeded by ``rng``: as secret as
+        # ``rng`` itself (both live in this process's memory), a fraction of the per-call cost.
+        self._gen = np.random.default_rng(rng.getrandbits(128))
         self.rebuild = rebuild
         self._next = 0
         self.index = 0
         self._targets = [self._floating(s) for s in self.sets]
+        self._draws: List[Iterator[Tuple[int, int, int]]] = [iter(()) for _ in self.sets]
         self.salted = mode != "salt" or any(self._targets)
 
     @staticmethod
-    def _floating(args: Sequence[Any]) -> List[Tuple[Any, Any, int]]:
-        """(tensor, a NumPy view of its elements or None, element count) per salt target.
+    def _floating(args: Sequence[Any]) -> List[Tuple[Any, Any, Tuple[Any], int]]:
+        """(tensor, a writable view of its elements or None, the 1-tuple its version bump
+        takes, element count) per salt target.
 
-        On the CPU the element is written through a NumPy view of the same memory and
-        the tensor's version counter bumped by hand: 0.4 us a call where torch's own
-        indexing takes about 6 (both measured on the 2-core CI machine), which matters
-        for ops of a few microseconds."""
+        On the CPU an element is copied, bit for bit, through a memoryview of the same
+        memory read as integers of the element's width (so bfloat16, float8 and complex
+        elements take the same path as float32), and the tensor's version counter is bumped
+        by hand, with the draws made in batches: 0.55-0.78 us a call against 1.08-1.13 with
+        a NumPy view of the floats and three draws from ``random`` a call, and 8.3-8.6 us for
+        bfloat16, which took torch's own indexing (the 2-core machine,
+        ``benchmarks/per_call_overhead.py``, ``benchmarks/results/cpu-2026-11-27d/``). That
+        matters for ops of a few microseconds."""
         import torch
 
         out = []
         for t in args:
             if not (isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and t.numel() >= 2):
                 continue
-            flat = None
-            if t.device.type == "cpu" and t.is_contiguous() and t.dtype not in (torch.bfloat16, torch.float8_e4m3fn,
-                                                                                 torch.float8_e5m2):
-                try:
-                    flat = t.detach().numpy().reshape(-1)
-                except (TypeError, RuntimeError):
-                    flat = None
-            out.append((t, flat, t.numel()))
+            out.append((t, _writable_elements(t), (t,), t.numel()))
         return out
+
+    def _refill(self, j: int) -> Iterator[Tuple[int, int, int]]:
+        """The next batch of (target, position, source) draws for set ``j``."""
+        targets = self._targets[j]
+        u = self._gen.random((SALT_BATCH, 3))
+        which = (u[:, 0] * len(targets)).astype("int64")
+        n = _array([x[3] for x in targets])[which]
+        p = (u[:, 1] * n).astype("int64")
+        q = (u[:, 2] * (n - 1)).astype("int64")
+        q += q >= p
+        it = zip(which.tolist(), p.tolist(), q.tolist())
+        self._draws[j] = it
+        return it
 
     def refresh(self, j: int) -> None:
         if self.mode == "salt":
             targets = self._targets[j]
             if not targets:
                 return
-            rand = self._rand
-            t, flat, n = targets[int(rand() * len(targets))] if len(targets) > 1 else targets[0]
-            p = int(rand() * n)
-            q = int(rand() * (n - 1))
-            q += q >= p
+            try:
+                which, p, q = next(self._draws[j])
+            except StopIteration:
+                which, p, q = next(self._refill(j))
+            t, flat, bump, n = targets[which]
             if flat is not None:
                 flat[p] = flat[q]
-                self._bump(t)
+                self._bump(bump)
             else:
                 import torch
 
@@ -111,6 +155,7 @@ class FreshInputs:
         elif self.mode == "regenerate" and self.rebuild is not None:
             self.sets[j] = self.rebuild(self.rng.getrandbits(62))
             self._targets[j] = self._floating(self.sets[j])
+            self._draws[j] = iter(())
 
     def take(self, keep: bool = False) -> Tuple[Tuple[Any, ...], Optional[Tuple[Any, ...]]]:
         j = self._next % len(self.sets)
