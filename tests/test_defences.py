@@ -618,3 +618,24 @@ def test_hooked_device_runs_the_per_call_hook_outside_the_cuda_events():
     per_call = timer.sample(gpu.op(10 * US), 8)
     assert len(hooks) == gpu.flushes >= 8  # once before every call, retried holds included
     assert per_call == pytest.approx(10 * US, rel=0.3)  # the hook's 40 us are not in it
+
+
+def test_salt_draws_stay_in_bounds_and_never_copy_an_element_onto_itself():
+    import numpy as np
+
+    fresh = FreshInputs([(torch.zeros(3), torch.zeros(2))], "salt", random.Random(0))
+    sizes = (2, 3, 1 << 31, (1 << 40) + 3, (1 << 52) - 1)
+    fresh._targets[0] = [(None, None, None, n) for n in sizes]  # only the sizes matter to the draws
+
+    class Edge:  # the ends of [0, 1): the smallest draw, and the largest below 1
+        def __init__(self, u):
+            self.u = u
+
+        def random(self, shape):
+            return np.full(shape, self.u)
+
+    for gen in (Edge(0.0), Edge(np.nextafter(1.0, 0.0)), np.random.default_rng(0)):
+        fresh._gen = gen
+        for w, p, q in fresh._refill(0):
+            n = sizes[w]
+            assert 0 <= p < n and 0 <= q < n and p != q

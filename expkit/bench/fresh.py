@@ -24,12 +24,6 @@ SALT_BATCH = 1024
 _INT_OF_WIDTH = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
 
 
-def _array(xs: Sequence[int]) -> Any:
-    import numpy as np
-
-    return np.asarray(xs, dtype="int64")
-
-
 def _writable_elements(t: Any) -> Optional[memoryview]:
     """A one-dimensional memoryview of a contiguous CPU tensor's elements, each read as an
     integer of its width (an element copied through it is copied bit for bit), or None where
@@ -122,13 +116,17 @@ class FreshInputs:
         return out
 
     def _refill(self, j: int) -> Iterator[Tuple[int, int, int]]:
-        """The next batch of (target, position, source) draws for set ``j``."""
+        """The next batch of (target, position, source) draws for set ``j``: the source is
+        any position but the target's (a float product can round up to its bound: kept
+        below it)."""
+        import numpy as np
+
         targets = self._targets[j]
         u = self._gen.random((SALT_BATCH, 3))
-        which = (u[:, 0] * len(targets)).astype("int64")
-        n = _array([x[3] for x in targets])[which]
-        p = (u[:, 1] * n).astype("int64")
-        q = (u[:, 2] * (n - 1)).astype("int64")
+        which = np.minimum((u[:, 0] * len(targets)).astype("int64"), len(targets) - 1)
+        n = np.asarray([x[3] for x in targets], dtype="int64")[which]
+        p = np.minimum((u[:, 1] * n).astype("int64"), n - 1)
+        q = np.minimum((u[:, 2] * (n - 1)).astype("int64"), n - 2)
         q += q >= p
         it = zip(which.tolist(), p.tolist(), q.tolist())
         self._draws[j] = it
