@@ -20,17 +20,16 @@ the checks without the workers), ``undefended``.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, Mapping, Sequence, Tuple
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from variant_runs import ROOT, parse_variants, split_overrides, run_samples  # noqa: E402
 DEFAULT = ROOT / "manifests/examples/cpu/honest-win.yaml"
 PINNED = ["measure=quick", "measure.target_ci=0", "measure.min_block_seconds=0.005", "measure.warmup_seconds=0.2"]
 VARIANTS = {"defended": [], "one process": ["defences.isolate=false"], "undefended": ["defences.enabled=false"]}
@@ -59,13 +58,6 @@ def spread(rows: Sequence[Mapping[str, str]]) -> Dict[str, float]:
     return {"iqr": statistics.mean(iqr), "q05_q95": statistics.mean(wide), "sd_log_ratio": statistics.mean(sd)}
 
 
-def run_once(manifest: Path, overrides: Sequence[str], out: Path) -> List[Dict[str, str]]:
-    subprocess.run([sys.executable, "-m", "expkit", "run", str(manifest), *overrides, "--out", str(out), "--quiet"],
-                   cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    with open(out / "samples.csv", newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def main(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("manifest", nargs="?", default=str(DEFAULT))
@@ -73,9 +65,9 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("--processes", type=int, default=1)
     ap.add_argument("--max-seconds", type=float, default=2.0)
     ap.add_argument("--variant", action="append", default=[], help="NAME=OVERRIDE,OVERRIDE (repeatable)")
-    args, extra = ap.parse_known_args(argv)
-    extra = [e for e in extra if e != "--"]
-    variants = {n: o.split(",") if o else [] for n, _, o in (v.partition("=") for v in args.variant)} or VARIANTS
+    own, extra = split_overrides(argv)
+    args = ap.parse_args(own)
+    variants = parse_variants(args.variant, VARIANTS)
     base = PINNED + [f"measure.max_seconds={args.max_seconds}", f"measure.processes={args.processes}", *extra]
     got: Dict[str, List[Dict[str, float]]] = defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp:
@@ -83,7 +75,7 @@ def main(argv: Sequence[str]) -> int:
             for name, overrides in variants.items():
                 out = Path(tmp) / f"{i}-{len(got[name])}-{name.replace(' ', '_')}"
                 try:
-                    got[name].append(spread(run_once(Path(args.manifest), base + overrides, out)))
+                    got[name].append(spread(run_samples(Path(args.manifest), base + overrides, out)))
                 except (OSError, KeyError, ValueError, statistics.StatisticsError) as e:
                     print(f"round {i + 1}, {name}: no samples ({type(e).__name__}: {e})", file=sys.stderr)
     print(f"<!-- {Path(args.manifest).name} {' '.join(base)}; {args.rounds} rounds, variants in turn -->")

@@ -26,18 +26,16 @@ Default variants: ``rechecks`` (as shipped) and ``none``
 from __future__ import annotations
 
 import argparse
-import csv
 import math
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, Mapping, Sequence, Tuple
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from variant_runs import ROOT, parse_variants, split_overrides, run_samples, with_preset  # noqa: E402
 DEFAULT = ROOT / "manifests/examples/cpu/honest-win.yaml"
 VARIANTS = {"rechecks": [], "none": ["defences.min_rechecks=0", "defences.recheck_budget=0"]}
 LATER = range(2, 10)
@@ -78,28 +76,16 @@ def shift(rows: Sequence[Mapping[str, str]]) -> Dict[str, List[float]]:
     return out
 
 
-def run_once(manifest: Path, overrides: Sequence[str], out: Path, via: str = "") -> List[Dict[str, str]]:
-    env = dict(os.environ)
-    env.update(o[4:].split("=", 1) for o in overrides if o.startswith("env:"))  # type: ignore[arg-type]
-    keys = [o for o in overrides if not o.startswith("env:")]
-    cmd = [sys.executable, via] if via else [sys.executable, "-m", "expkit"]
-    subprocess.run([*cmd, "run", str(manifest), *keys, "--out", str(out), "--quiet"],
-                   cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    with open(out / "samples.csv", newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def main(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("manifest", nargs="?", default=str(DEFAULT))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--via", default="", help="a script to run in place of `python -m expkit`")
     ap.add_argument("--variant", action="append", default=[], help="NAME=OVERRIDE,OVERRIDE (repeatable)")
-    args, extra = ap.parse_known_args(argv)
-    extra = [e for e in extra if e != "--"]
-    if not any(e.startswith("measure=") for e in extra):
-        extra = ["measure=default", *extra]
-    variants = {n: o.split(",") if o else [] for n, _, o in (v.partition("=") for v in args.variant)} or VARIANTS
+    own, extra = split_overrides(argv)
+    args = ap.parse_args(own)
+    extra = with_preset(extra, "default")
+    variants = parse_variants(args.variant, VARIANTS)
     got: Dict[str, Dict[Tuple[str, str], Tuple[List[float], List[float]]]] = defaultdict(
         lambda: defaultdict(lambda: ([], [])))
     moved: Dict[str, Dict[str, List[float]]] = defaultdict(lambda: defaultdict(list))
@@ -107,7 +93,7 @@ def main(argv: Sequence[str]) -> int:
         for i in range(args.rounds):
             for name, overrides in variants.items():
                 try:
-                    rows = run_once(Path(args.manifest), extra + overrides, Path(tmp) / f"{i}-{name}", args.via)
+                    rows = run_samples(Path(args.manifest), extra + overrides, Path(tmp) / f"{i}-{name}", args.via)
                 except (OSError, KeyError, ValueError) as e:
                     print(f"round {i + 1}, {name}: no samples ({type(e).__name__}: {e})", file=sys.stderr)
                     continue

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +27,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Sequence
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from variant_runs import ROOT, parse_variants, split_overrides, run_cli, with_preset  # noqa: E402
 DEFAULT = ROOT / "manifests/examples/cpu/honest-win.yaml"
 VARIANTS = {"defended": [], "undefended": ["defences.enabled=false"]}
 
@@ -36,8 +36,7 @@ VARIANTS = {"defended": [], "undefended": ["defences.enabled=false"]}
 def run_once(manifest: Path, overrides: Sequence[str], out: Path) -> Dict[str, Any]:
     """One fresh command: its seconds as the shell sees them and its ``result.json``."""
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "expkit", "run", str(manifest), *overrides, "--out", str(out), "--quiet"],
-                   cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    run_cli(manifest, overrides, out)
     seconds = time.perf_counter() - t0
     result = json.loads((out / "result.json").read_text())
     return {"seconds": seconds, "result": result}
@@ -61,11 +60,10 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("manifest", nargs="?", default=str(DEFAULT))
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--variant", action="append", default=[], help="NAME=OVERRIDE,OVERRIDE (repeatable)")
-    args, extra = ap.parse_known_args(argv)
-    extra = [e for e in extra if e != "--"]
-    if not any(e.startswith("measure=") for e in extra):
-        extra = ["measure=default", *extra]
-    variants = {n: o.split(",") if o else [] for n, _, o in (v.partition("=") for v in args.variant)} or VARIANTS
+    own, extra = split_overrides(argv)
+    args = ap.parse_args(own)
+    extra = with_preset(extra, "default")
+    variants = parse_variants(args.variant, VARIANTS)
     got: Dict[str, List[Dict[str, Any]]] = defaultdict(list)
     print(f"<!-- {Path(args.manifest).name} {' '.join(extra)}; {args.rounds} rounds, variants in turn -->")
     print("| round | variant | verdict | command s | measure s | per case: timed s, rounds per process |")

@@ -51,20 +51,3 @@ def test_the_move_is_round_1s_share_of_the_processs_log_ratio_of_medians():
     rows = _rows("baseline", [2.0] * 4) + _rows("candidate", [1.0, 1.5, 1.0, 1.5])
     # median candidate 1.25 with round 1, 1.0 without: the speedup reads 1.6 where it is 2
     assert mod.shift(rows)["c"] == [pytest.approx(math.log(1.6) - math.log(2.0))]
-
-
-def test_env_overrides_reach_the_run_and_not_its_keys(monkeypatch, tmp_path):
-    mod = _script()
-    seen = {}
-
-    def fake_run(cmd, cwd, env, **kw):
-        seen["cmd"], seen["env"] = cmd, env
-        out = Path(cmd[cmd.index("--out") + 1])
-        out.mkdir(parents=True)
-        (out / "samples.csv").write_text("case,side,replicate,round,seconds\n")
-
-    monkeypatch.setattr(mod.subprocess, "run", fake_run)
-    mod.run_once(Path("m.yaml"), ["measure=default", "env:EXPKIT_DEBUG_RECHECK=skip"], tmp_path / "o", via="w.py")
-    assert seen["env"]["EXPKIT_DEBUG_RECHECK"] == "skip"
-    assert "env:EXPKIT_DEBUG_RECHECK=skip" not in seen["cmd"] and "measure=default" in seen["cmd"]
-    assert seen["cmd"][1:3] == ["w.py", "run"]

@@ -62,3 +62,8 @@ def test_a_preset_named_in_the_overrides_is_kept(monkeypatch, capsys):
                         {"seconds": 1.0, "result": json.loads(json.dumps(_result([10], [10])))})
     mod.main(["m.yaml", "--rounds", "1", "--variant", "only=", "--", "measure=quick"])
     assert seen == [["measure=quick"]]
+    manifests = []
+    monkeypatch.setattr(mod, "run_once", lambda m, o, out: manifests.append(m) or
+                        {"seconds": 1.0, "result": _result([10], [10])})
+    mod.main(["--rounds", "1", "--variant", "only=", "--", "measure=quick"])  # no manifest: the default one
+    assert manifests == [mod.DEFAULT]
