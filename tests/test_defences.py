@@ -625,7 +625,7 @@ def test_salt_draws_stay_in_bounds_and_never_copy_an_element_onto_itself():
 
     fresh = FreshInputs([(torch.zeros(3), torch.zeros(2))], "salt", random.Random(0))
     sizes = (2, 3, 1 << 31, (1 << 40) + 3, (1 << 52) - 1)
-    fresh._targets[0] = [(None, None, None, n) for n in sizes]  # only the sizes matter to the draws
+    fresh._targets[0] = [(None, None, n) for n in sizes]  # only the sizes matter to the draws
 
     class Edge:  # the ends of [0, 1): the smallest draw, and the largest below 1
         def __init__(self, u):
