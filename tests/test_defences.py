@@ -274,6 +274,27 @@ def test_salt_of_a_strided_input_takes_torchs_own_indexing_and_still_salts():
     assert not torch.equal(seen, x) and fresh.salted
 
 
+def test_the_version_bump_falls_back_to_torchs_public_call_where_the_private_one_differs(monkeypatch):
+    import torch.autograd.graph as graph
+
+    from expkit.bench import fresh as fresh_module
+
+    real = torch._C._increment_version
+    assert fresh_module._version_bump() is real  # this torch: the private call takes the tuple
+    public = []
+    monkeypatch.setattr(graph, "increment_version", lambda t: public.append(t) or real((t,)))
+    x = torch.zeros(3)
+    for fake in (lambda one: None, None):  # a private call that bumps nothing; none at all
+        if fake is None:
+            monkeypatch.delattr(torch._C, "_increment_version")
+        else:
+            monkeypatch.setattr(torch._C, "_increment_version", fake)
+        bump = fresh_module._version_bump()
+        v = x._version
+        bump((x,))
+        assert x._version == v + 1 and public[-1] is x
+
+
 def test_the_same_seed_salts_the_same_positions():
     def run(seed):
         x = torch.arange(1000, dtype=torch.float32)
@@ -625,7 +646,7 @@ def test_salt_draws_stay_in_bounds_and_never_copy_an_element_onto_itself():
 
     fresh = FreshInputs([(torch.zeros(3), torch.zeros(2))], "salt", random.Random(0))
     sizes = (2, 3, 1 << 31, (1 << 40) + 3, (1 << 52) - 1)
-    fresh._targets[0] = [(None, None, n) for n in sizes]  # only the sizes matter to the draws
+    fresh._targets[0] = [(None, None, None, n) for n in sizes]  # only the sizes matter to the draws
 
     class Edge:  # the ends of [0, 1): the smallest draw, and the largest below 1
         def __init__(self, u):

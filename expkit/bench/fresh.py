@@ -42,6 +42,31 @@ def _writable_elements(t: Any) -> Optional[memoryview]:
     return view
 
 
+def _version_bump() -> Callable[[Tuple[Any, ...]], None]:
+    """What bumps the version counters of a tuple of tensors by one each.
+
+    torch's public ``torch.autograd.graph.increment_version`` wraps a private call that,
+    in torch 2.13 (the CPU wheel this project tests with), takes the tuple itself and saves
+    the wrapper's checks: a defended GEMV's untimed work a call read 1.32-1.38 us with it and
+    1.53-1.56 us with the public call (the 2-core machine,
+    ``benchmarks/results/cpu-2026-11-27d/README.md``, section 5). A private call's signature
+    is torch's to change, so it is tried once on a scratch tensor and used only where it
+    bumps by exactly one; otherwise the public call, given the tensor."""
+    import torch
+    from torch.autograd.graph import increment_version
+
+    private = getattr(torch._C, "_increment_version", None)
+    probe = torch.zeros(2)
+    try:
+        before = probe._version
+        private((probe,))  # type: ignore[misc]
+        if probe._version == before + 1:
+            return private  # type: ignore[no-any-return]
+    except Exception:  # noqa: BLE001 - any failure means: not this way
+        pass
+    return lambda one: increment_version(one[0])
+
+
 def _unravel(flat: int, shape: Sequence[int]) -> Tuple[int, ...]:
     out = []
     for d in reversed(shape):
@@ -76,10 +101,9 @@ class FreshInputs:
         if not sets:
             raise ValueError("at least one input set is needed")
         import numpy as np
-        from torch.autograd.graph import increment_version
 
         self._clone = clone_inputs
-        self._bump = increment_version
+        self._bump = _version_bump()
         self.sets = list(sets)
         self.mode = mode
         self.rng = rng
@@ -94,26 +118,25 @@ class FreshInputs:
         self.salted = mode != "salt" or any(self._targets)
 
     @staticmethod
-    def _floating(args: Sequence[Any]) -> List[Tuple[Any, Any, int]]:
-        """(tensor, a writable view of its elements or None, element count) per salt target.
+    def _floating(args: Sequence[Any]) -> List[Tuple[Any, Any, Tuple[Any], int]]:
+        """(tensor, a writable view of its elements or None, the 1-tuple the version bump
+        takes, element count) per salt target.
 
         On the CPU an element is copied, bit for bit, through a memoryview of the same
         memory read as integers of the element's width (so bfloat16, float8 and complex
         elements take the same path as float32), and the tensor's version counter is bumped
-        by hand, with the draws made in batches: 0.69-0.79 us a call against 1.08-1.24 with
-        a NumPy view of the floats and three draws from ``random`` a call, and 8.4-8.9 us for
-        bfloat16, which took torch's own indexing (the 2-core machine,
+        by hand, with the draws made in batches: 0.55-0.59 us a call against 1.08-1.14 with
+        a NumPy view of the floats and three draws from ``random`` a call, and 0.56 against
+        8.44-8.55 us for bfloat16, which took torch's own indexing (the 2-core machine,
         ``benchmarks/per_call_overhead.py``, ``benchmarks/results/cpu-2026-11-27d/``). That
-        matters for ops of a few microseconds. The bump is torch's public
-        ``increment_version``; its private call underneath saves about 0.1 us more but
-        its signature is torch's to change."""
+        matters for ops of a few microseconds. The bump: :func:`_version_bump`."""
         import torch
 
         out = []
         for t in args:
             if not (isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and t.numel() >= 2):
                 continue
-            out.append((t, _writable_elements(t), t.numel()))
+            out.append((t, _writable_elements(t), (t,), t.numel()))
         return out
 
     def _refill(self, j: int) -> Iterator[Tuple[int, int, int]]:
@@ -125,7 +148,7 @@ class FreshInputs:
         targets = self._targets[j]
         u = self._gen.random((SALT_BATCH, 3))
         which = np.minimum((u[:, 0] * len(targets)).astype("int64"), len(targets) - 1)
-        n = np.asarray([x[2] for x in targets], dtype="int64")[which]
+        n = np.asarray([x[3] for x in targets], dtype="int64")[which]
         p = np.minimum((u[:, 1] * n).astype("int64"), n - 1)
         q = np.minimum((u[:, 2] * (n - 1)).astype("int64"), n - 2)
         q += q >= p
@@ -142,10 +165,10 @@ class FreshInputs:
                 which, p, q = next(self._draws[j])
             except StopIteration:
                 which, p, q = next(self._refill(j))
-            t, flat, _ = targets[which]
+            t, flat, one, _ = targets[which]
             if flat is not None:
                 flat[p] = flat[q]
-                self._bump(t)
+                self._bump(one)
             else:
                 import torch
 
