@@ -7,9 +7,13 @@ microseconds it is a large part of what the defences cost. This builds the candi
 of MANIFEST's first case in this process (no workers, no parent), times ``--blocks`` blocks
 of ``--calls`` calls after as many warm ones, and prints the medians per call of the timed
 and the untimed work and per block of the checks; then ``FreshInputs.take()`` alone in a
-hot loop on a GEMV's inputs (64x128 and 128) of each floating dtype.
+hot loop on a GEMV's inputs (64x128 and 128) of each floating dtype. With ``--gib N``,
+also the salt on one input of N GiB of each of float32 and bfloat16: what building the
+fresh inputs adds to the process's resident memory (the tensor itself excluded) and the
+time of one ``take()``, next to one plain call of a copy of that input (``clone()``, a
+memory-bound op of its size).
 
-    python benchmarks/per_call_overhead.py [MANIFEST] [--blocks 50] [--calls 300]
+    python benchmarks/per_call_overhead.py [MANIFEST] [--blocks 50] [--calls 300] [--gib N]
 
 Default manifest: the suite's honest GEMV (``tests/adversarial/cpu/honest_gemv.yaml``).
 """
@@ -62,20 +66,66 @@ def takes(n: int = 100_000) -> list:
     return rows
 
 
+def _rss() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def big(gib: float, n: int = 10_000) -> list:
+    """The salt on one input of ``gib`` GiB per dtype: resident memory added by building
+    the fresh inputs, a ``take()``, and one ``clone()`` of the input for scale."""
+    import time
+
+    import torch
+
+    from expkit.bench.fresh import FreshInputs
+
+    rows = []
+    for dt in (torch.float32, torch.bfloat16):
+        x = torch.empty(int(gib * (1 << 30)) // torch.tensor([], dtype=dt).element_size(), dtype=dt).uniform_()
+        r0 = _rss()
+        fresh = FreshInputs([(x,)], "salt", random.Random(0))
+        added = _rss() - r0
+        per = timeit.timeit(fresh.take, number=n) / n
+        t0 = time.perf_counter()
+        y = x.clone()
+        plain = time.perf_counter() - t0
+        del y, fresh, x
+        rows.append(f"| {str(dt).replace('torch.', '')} | {gib:g} | {added / (1 << 20):.1f} | {per * 1e6:.2f} | "
+                    f"{plain * 1e3:.0f} |")
+    return rows
+
+
 def main(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("manifest", nargs="?", default=str(DEFAULT))
     ap.add_argument("--blocks", type=int, default=50)
     ap.add_argument("--calls", type=int, default=300)
+    ap.add_argument("--gib", type=float, default=0.0, help="also the salt on one input of this many GiB")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    from expkit.core.errors import ExpkitError
+
+    try:
+        table = blocks(Path(args.manifest), args.blocks, args.calls)
+    except ExpkitError as e:
+        print(f"per_call_overhead.py: {e}", file=sys.stderr)
+        return 2
     print("| manifest | case | blocks x calls | timed us a call | untimed us a call | checks us a block |")
     print("|---|---|---|---|---|---|")
-    print(blocks(Path(args.manifest), args.blocks, args.calls))
+    print(table)
     print()
     print("| inputs' dtype | FreshInputs.take() (salt), us a call |")
     print("|---|---|")
     print("\n".join(takes()))
+    if args.gib:
+        print()
+        print("| dtype | input GiB | resident memory the fresh inputs add, MiB | take(), us | one clone() of the input, ms |")
+        print("|---|---|---|---|---|")
+        print("\n".join(big(args.gib)))
     return 0
 
 
