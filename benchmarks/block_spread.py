@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from variant_runs import ROOT, parse_variants, split_overrides, run_samples  # noqa: E402
+from variant_runs import ROOT, parse_variants, require_manifest, split_overrides, run_samples  # noqa: E402
 DEFAULT = ROOT / "manifests/examples/cpu/honest-win.yaml"
 PINNED = ["measure=quick", "measure.target_ci=0", "measure.min_block_seconds=0.005", "measure.warmup_seconds=0.2"]
 VARIANTS = {"defended": [], "one process": ["defences.isolate=false"], "undefended": ["defences.enabled=false"]}
@@ -67,6 +67,7 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("--variant", action="append", default=[], help="NAME=OVERRIDE,OVERRIDE (repeatable)")
     own, extra = split_overrides(argv)
     args = ap.parse_args(own)
+    require_manifest(args.manifest, "block_spread.py")
     variants = parse_variants(args.variant, VARIANTS)
     base = PINNED + [f"measure.max_seconds={args.max_seconds}", f"measure.processes={args.processes}", *extra]
     got: Dict[str, List[Dict[str, float]]] = defaultdict(list)

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from variant_runs import ROOT, parse_variants, split_overrides, run_samples, with_preset  # noqa: E402
+from variant_runs import ROOT, parse_variants, require_manifest, split_overrides, run_samples, with_preset  # noqa: E402
 DEFAULT = ROOT / "manifests/examples/cpu/honest-win.yaml"
 VARIANTS = {"rechecks": [], "none": ["defences.min_rechecks=0", "defences.recheck_budget=0"]}
 LATER = range(2, 10)
@@ -84,6 +84,7 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("--variant", action="append", default=[], help="NAME=OVERRIDE,OVERRIDE (repeatable)")
     own, extra = split_overrides(argv)
     args = ap.parse_args(own)
+    require_manifest(args.manifest, "recheck_aftermath.py")
     extra = with_preset(extra, "default")
     variants = parse_variants(args.variant, VARIANTS)
     got: Dict[str, Dict[Tuple[str, str], Tuple[List[float], List[float]]]] = defaultdict(

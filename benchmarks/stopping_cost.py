@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from variant_runs import ROOT, parse_variants, split_overrides, run_cli, with_preset  # noqa: E402
+from variant_runs import ROOT, parse_variants, require_manifest, split_overrides, run_cli, with_preset  # noqa: E402
 DEFAULT = ROOT / "manifests/examples/cpu/honest-win.yaml"
 VARIANTS = {"defended": [], "undefended": ["defences.enabled=false"]}
 
@@ -62,6 +62,7 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("--variant", action="append", default=[], help="NAME=OVERRIDE,OVERRIDE (repeatable)")
     own, extra = split_overrides(argv)
     args = ap.parse_args(own)
+    require_manifest(args.manifest, "stopping_cost.py")
     extra = with_preset(extra, "default")
     variants = parse_variants(args.variant, VARIANTS)
     got: Dict[str, List[Dict[str, Any]]] = defaultdict(list)

@@ -34,6 +34,14 @@ def split_overrides(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
     return argv[:i], argv[i + 1:]
 
 
+def require_manifest(path: str, script: str) -> Path:
+    """``path`` as a Path, or exit with one line naming it, where no such file is."""
+    p = Path(path)
+    if not p.is_file():
+        raise SystemExit(f"{script}: {path}: no such manifest (give a manifest's path, or none for the default)")
+    return p
+
+
 def with_preset(extra: Sequence[str], preset: str) -> List[str]:
     """``extra`` led by ``measure=PRESET`` unless it names a preset itself."""
     return list(extra) if any(e.startswith("measure=") for e in extra) else [f"measure={preset}", *extra]

@@ -47,7 +47,9 @@ def test_main_alternates_variants_and_summarises_each(tmp_path, monkeypatch, cap
         return {"seconds": 9.0 if slow else 7.0, "result": _result([20, 30] if slow else [10, 10], [10, 10])}
 
     monkeypatch.setattr(mod, "run_once", fake)
-    assert mod.main(["m.yaml", "--rounds", "2"]) == 0
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("name: m\n")
+    assert mod.main([str(manifest), "--rounds", "2"]) == 0
     # measure=default added, variants in turn within each round; rounds over every process of every case
     assert calls == [["measure=default"], ["measure=default", "defences.enabled=false"]] * 2
     out = capsys.readouterr().out
@@ -55,12 +57,14 @@ def test_main_alternates_variants_and_summarises_each(tmp_path, monkeypatch, cap
     assert "| undefended | 2 | 7.00 (7.00-7.00) | 2.50 | 10 (10) |" in out
 
 
-def test_a_preset_named_in_the_overrides_is_kept(monkeypatch, capsys):
+def test_a_preset_named_in_the_overrides_is_kept(monkeypatch, capsys, tmp_path):
     mod = _script()
     seen = []
     monkeypatch.setattr(mod, "run_once", lambda m, o, out: seen.append(list(o)) or
                         {"seconds": 1.0, "result": json.loads(json.dumps(_result([10], [10])))})
-    mod.main(["m.yaml", "--rounds", "1", "--variant", "only=", "--", "measure=quick"])
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("name: m\n")
+    mod.main([str(manifest), "--rounds", "1", "--variant", "only=", "--", "measure=quick"])
     assert seen == [["measure=quick"]]
     manifests = []
     monkeypatch.setattr(mod, "run_once", lambda m, o, out: manifests.append(m) or

@@ -48,3 +48,14 @@ def test_overrides_after_a_double_dash_are_never_taken_for_the_manifest():
     mod = _module()
     assert mod.split_overrides(["--rounds", "1", "--", "measure=quick"]) == (["--rounds", "1"], ["measure=quick"])
     assert mod.split_overrides(["m.yaml"]) == (["m.yaml"], [])
+
+
+def test_a_missing_manifest_is_one_line_naming_it(tmp_path):
+    import pytest
+
+    mod = _module()
+    with pytest.raises(SystemExit, match=r"x\.py: nope\.yaml: no such manifest"):
+        mod.require_manifest("nope.yaml", "x.py")
+    m = tmp_path / "m.yaml"
+    m.write_text("name: m\n")
+    assert mod.require_manifest(str(m), "x.py") == m
