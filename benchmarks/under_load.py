@@ -2,11 +2,13 @@
 
 Usage::
 
-    python benchmarks/under_load.py [--busy 2] [--bad] [--only NAME,...] [-- override ...]
+    python benchmarks/under_load.py [--busy 2] [--bad | --prevented] [--only NAME,...] [--repeat N] [-- override ...]
 
 Starts ``--busy`` processes that spin on a core each (``python3 -c "while True: pass"``),
 then runs every manifest of ``HONEST`` (or, with ``--bad``, of ``BAD`` and of the cheats that
-take more cores, ``AWAITING_CALL_SITE``) in ``tests/adversarial/test_adversarial.py`` once, through the suite's own ``run()`` (its quick
+take more cores, ``AWAITING_CALL_SITE``; with ``--prevented``, of the cheats the harness undoes
+rather than catches, ``PREVENTED``, which must simply not be ``supported``) in
+``tests/adversarial/test_adversarial.py`` ``--repeat`` times (once by default), through the suite's own ``run()`` (its quick
 settings and per-manifest overrides, plus any given after ``--``), and prints one row each:
 the verdict, the defence checks that raised an alarm (for an honest candidate: a false
 alarm), for a cheat whether its expected check caught it, each side's timing thread's wait
@@ -67,19 +69,22 @@ def main(argv) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--busy", type=int, default=2)
     ap.add_argument("--bad", action="store_true", help="the cheats (BAD) instead of the honest candidates")
+    ap.add_argument("--prevented", action="store_true", help="the cheats the harness undoes (PREVENTED)")
     ap.add_argument("--only", default="", help="comma-separated manifest names: only these")
+    ap.add_argument("--repeat", type=int, default=1, help="run each manifest this many times")
     a = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT / "tests" / "adversarial"))
     import test_adversarial as T
 
     cheats = {**{n: v for n, v in T.BAD.items() if n not in T.COPIED}, **T.AWAITING_CALL_SITE}
-    names = list(cheats) if a.bad else list(T.HONEST)
+    names = list(cheats) if a.bad else list(T.PREVENTED) if a.prevented else list(T.HONEST)
     names = [n for n in names if n in a.only.split(",")] if a.only else names
     print(f"{a.busy} busy processes; overrides: {' '.join(rest) or '(the suite test settings)'}\n")
-    print("| manifest | verdict | " + ("caught by its check" if a.bad else "defence alarms") + " | reasons | waited / timed blocks | wall |")
+    judge = "caught by its check" if a.bad else "not supported" if a.prevented else "defence alarms"
+    print(f"| manifest | verdict | {judge} | reasons | waited / timed blocks | wall |")
     print("|---|---|---|---|---|---|")
     with spinning(a.busy):
-        for name in names:
+        for name in [n for n in names for _ in range(a.repeat)]:
             t = time.perf_counter()
             out = T.run(name, Path(tempfile.mkdtemp(prefix="under_load_")), *rest)
             result = json.loads((out.out_dir / "result.json").read_text())
@@ -90,6 +95,8 @@ def main(argv) -> int:
                 # A cheat on more cores that the scheduler gave none gained nothing: not caught, and
                 # no harm unless its claim was supported anyway.
                 judged = "yes" if ok else ("**no**" if out.verdict == "supported" else f"no ({out.verdict})")
+            elif a.prevented:
+                judged = "**no**" if out.verdict == "supported" else "yes"
             else:
                 alarms = sorted({c["check"] for c in result["checks"] if not c["ok"] and c["check"] in T.DEFENCE_CHECKS}
                                 | ({"resources"} if "resources" in got else set()))

@@ -32,6 +32,7 @@ from .core.findings import WARNING, Finding
 from .core.version import __version__
 from .manifest.spec import LoadedManifest, load as load_manifest
 from .manifest.settings import Settings, load_settings
+from .verdict.load import apply_load, load_findings
 from .verdict.rules import INCONCLUSIVE, INVALID, Verdict, decide, inconclusive_when
 from .verdict.plausibility import apply_plausibility, plausibility
 
@@ -202,7 +203,10 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
     findings += shared
     claims = {c.name: m.claimed(c) for c in m.cases}
     budget = {name: cs.budget_spent for name, cs in measured.items()}
-    v = inconclusive_when(decide(findings, estimates, claims, m.claim.tolerance, budget, m.aggregate), shared)
+    v = decide(findings, estimates, claims, m.claim.tolerance, budget, m.aggregate)
+    loaded = load_findings(v, estimates, pair.evidence.get("resources", {}), busy={f.case for f in waited if f.case})
+    findings += loaded  # a verdict the host's load could explain (verdict/load.py)
+    v = inconclusive_when(apply_load(v, loaded, m.aggregate), shared)
     if settings.defences.enabled:
         plausible = plausibility(m, estimates, (env.get("gpu") or {}).get("name"), settings.defences,
                                  busy={f.case for f in waited if f.case})

@@ -93,6 +93,13 @@ def decide(
     if bad:
         return Verdict(INVALID, tuple(f.reason() for f in bad))
     cases = tuple(judge_case(c, estimates[c], claims[c], tolerance, budget_spent.get(c, False)) for c in estimates)
+    return combine(cases, aggregate)
+
+
+def combine(cases: Sequence[CaseVerdict], aggregate: str = "all") -> Verdict:
+    """The overall verdict of judged cases under ``aggregate``, with the reasons of the cases
+    that decided it (every case's where it is ``supported``)."""
+    cases = tuple(cases)
     if not cases:
         return Verdict(INCONCLUSIVE, ("measurement: no case was measured",))
     words = [c.verdict for c in cases]
