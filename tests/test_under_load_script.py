@@ -34,6 +34,14 @@ def test_a_cheat_gets_a_row_saying_its_check_caught_it(monkeypatch, capsys):
     assert cells[:3] == ["stale_buffer", "invalid", "yes"] and "output" in cells[3], row
 
 
+def test_a_prevented_cheat_gets_a_row_per_repeat_saying_whether_it_was_supported(monkeypatch, capsys):
+    monkeypatch.setattr(T, "PREVENTED", ("sibling_trace",))
+    assert repo_scripts.load("benchmarks/under_load.py").main(["--busy", "0", "--prevented", "--repeat", "2"]) == 0
+    rows = [[c.strip() for c in r.strip("|").split("|")] for r in _rows(capsys)]
+    assert [r[0] for r in rows] == ["sibling_trace", "sibling_trace"], rows
+    assert all(r[2] == ("**no**" if r[1] == "supported" else "yes") for r in rows), rows
+
+
 def test_the_share_probe_prints_a_row_per_load_and_candidate_with_the_figures_that_agree_on_one_thread(capsys):
     """benchmarks/share_estimators.py on one thread doing the product itself: every count of
     its threads is about one, on a quiet host and beside one busy process."""

@@ -17,10 +17,12 @@ CPU for 36-48% of their timed blocks, against 0-1% on the quiet machine
 (``benchmarks/results/cpu-2026-11-27/contention.md``); the report now says why their times
 are not the code's alone.
 
-One consequence is a verdict's (:func:`share_findings`): a candidate that ran more threads
-than ``measure.cpu_threads`` allows, timed on such a host, may have taken a larger share of
-the cores than its baseline's one thread got, and that share cannot be told apart from
-faster code; its ``supported`` becomes ``inconclusive``.
+Two consequences are a verdict's. A candidate that ran more threads than
+``measure.cpu_threads`` allows, timed on such a host, may have taken a larger share of the
+cores than its baseline's one thread got, and that share cannot be told apart from faster
+code; its ``supported`` becomes ``inconclusive`` (:func:`share_findings`). And a case with
+such a warning is judged again with each side's wait taken out of its times, where a side
+on more than one thread gets no verdict at all (``verdict/load.py``).
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 * :mod:`.stats` -- samples to an :class:`~.stats.Estimate` (median, bootstrap interval, warnings).
 * :mod:`.rules` -- DESIGN.md section 4: claim + estimates + findings to a
   :class:`~.rules.Verdict`; re-exported here (``from expkit.verdict import decide``).
+* :mod:`.load` -- a verdict the host's load could explain (a ``contention`` warning's case judged
+  again with each side's wait for a CPU taken out).
 * :mod:`.plausibility` -- speedups nobody should believe without a second look.
 * :mod:`.roofline`, :mod:`.savings` -- what a measured time means against the device's
   peak, and what a speedup is worth; pure over values stored in ``result.json``.
