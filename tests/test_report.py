@@ -91,6 +91,21 @@ def test_inconclusive_runs_say_what_would_settle_them():
     assert len(settle) == 1 and "about 4.0× the samples" in settle[0] and "measure.max_seconds=12" in settle[0]
 
 
+def test_an_inconclusive_headline_names_the_warning_that_made_it_so_where_the_interval_did_not():
+    from expkit.verdict.wording import headline
+
+    result = store.load_result(DATA / "priced-gemv" / store.RESULT)
+    result["verdict"] = "inconclusive"
+    result["reasons"] = ["speedup [case square-1024]: interval [1.000, 1.400] straddles 1.100; measure longer"]
+    assert headline(result).endswith("and the interval straddles the claim's bar.")
+    load = ("load [case square-1024]: the baseline's timing thread waited for a CPU for 58% of its timed blocks "
+            "and the candidate's for 36%")
+    result["reasons"] = [load, "speedup [case square-1024]: interval [1.33, 3.0] is at or above 1.2, but the host's "
+                               "load could explain it (load)"]
+    said = headline(result)
+    assert said.startswith("**INCONCLUSIVE**") and said.endswith(f", but {load}.") and "straddles" not in said
+
+
 def test_settle_hint_cases():
     base = {"speedup": 1.2, "ci_low": 1.0, "ci_high": 1.4, "threshold": 1.1, "timed_seconds": 3.0}
     assert report.settle_hint({**base, "threshold": 0.9}) is None          # supported already

@@ -88,5 +88,11 @@ def headline(result: dict) -> str:
     if verdict == "refuted":
         return (f"**REFUTED**: the claimed {said} speedup{src} is not borne out on {where}: "
                 f"measured {phrase}.")
+    first = result["reasons"][0] if result.get("reasons") else ""
+    if first and not first.startswith("speedup ["):
+        # Made inconclusive by a warning (share, load, plausibility, the workload), whatever the
+        # interval: the reason comes first, and the interval may clear or miss the bar.
+        return (f"**INCONCLUSIVE**: the claimed {said} speedup{src} is neither demonstrated nor refuted on "
+                f"{where}: measured {phrase}, but {first}.")
     return (f"**INCONCLUSIVE**: the claimed {said} speedup{src} is neither demonstrated nor refuted on "
             f"{where}: measured {phrase}, and the interval straddles the claim's bar.")
