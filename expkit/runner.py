@@ -204,12 +204,13 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
     claims = {c.name: m.claimed(c) for c in m.cases}
     budget = {name: cs.budget_spent for name, cs in measured.items()}
     v = decide(findings, estimates, claims, m.claim.tolerance, budget, m.aggregate)
-    loaded = load_findings(v, estimates, pair.evidence.get("resources", {}), busy={f.case for f in waited if f.case})
+    busy = {f.case for f in waited if f.case}  # the cases timed while other work held the cores
+    loaded = load_findings(v, estimates, pair.evidence.get("resources", {}), busy=busy)
     findings += loaded  # a verdict the host's load could explain (verdict/load.py)
     v = inconclusive_when(apply_load(v, loaded, m.aggregate), shared)
     if settings.defences.enabled:
         plausible = plausibility(m, estimates, (env.get("gpu") or {}).get("name"), settings.defences,
-                                 busy={f.case for f in waited if f.case})
+                                 busy=busy)
         findings += plausible
         v = apply_plausibility(v, plausible)
     if e2e is not None:  # a claim that names the workload is judged on it too (workload.judge.apply)
