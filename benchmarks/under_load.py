@@ -68,8 +68,9 @@ def main(argv) -> int:
     argv = argv[:argv.index("--")] if "--" in argv else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--busy", type=int, default=2)
-    ap.add_argument("--bad", action="store_true", help="the cheats (BAD) instead of the honest candidates")
-    ap.add_argument("--prevented", action="store_true", help="the cheats the harness undoes (PREVENTED)")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--bad", action="store_true", help="the cheats (BAD) instead of the honest candidates")
+    which.add_argument("--prevented", action="store_true", help="the cheats the harness undoes (PREVENTED)")
     ap.add_argument("--only", default="", help="comma-separated manifest names: only these")
     ap.add_argument("--repeat", type=int, default=1, help="run each manifest this many times")
     a = ap.parse_args(argv)
