@@ -32,7 +32,7 @@ Usage::
 (``x * 2`` against ``x + x``, 2**27 float32) and a 2048x2048 matmul; the first is what
 this issue's CPU target (a whole run under 30 s) is stated for. Writes
 ``harness_cost.json`` and ``harness_cost.md`` to ``--out`` (default
-``benchmarks/results``) and prints the table.
+``evidence/harness-cost/cpu``) and prints the table.
 
 Our own code; the pollers are ``kernelbench_common.MemPoller``.
 """
@@ -262,7 +262,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--builtin-cpu", action="store_true", help="the shipped CPU workloads (see the docstring)")
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda where available)")
     ap.add_argument("--preset", default="quick")
-    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    ap.add_argument("--out", type=Path, default=REPO / "evidence" / "harness-cost" / "cpu")
     ap.add_argument("--timeout", type=float, default=300.0, help="limit of each child process, s")
     ap.add_argument("--plain-call", metavar="MANIFEST", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -13,7 +13,7 @@ plain call needs at the original size, before any harness copies.
 Usage::
 
     python benchmarks/kernelbench_inventory.py .kernelbench [--levels 1 2 3] \
-        [--out benchmarks/results/kernelbench_inventory.md] [--json FILE]
+        [--out evidence/kernelbench/inventory.md] [--json FILE]
 
 ``.kernelbench`` is the folder the KernelBench snapshot was copied into (with
 ``KernelBench/level1`` ... and ``COMMIT``); a bare folder with ``level1/`` works too.
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("kb", type=Path, help="the KernelBench folder (e.g. .kernelbench)")
     ap.add_argument("--levels", type=int, nargs="+", default=[1, 2, 3])
-    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "kernelbench_inventory.md")
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "evidence" / "kernelbench" / "inventory.md")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
     args = ap.parse_args(argv)
     import torch

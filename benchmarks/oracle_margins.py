@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/oracle_margins.py [--quick] [--seeds 3] [--out benchmarks/results/oracle_margins.txt]
+    python benchmarks/oracle_margins.py [--quick] [--seeds 3] [--out evidence/numerics/oracle_margins.txt]
 
 The rule (``expkit/checks/rounding.py``) lets a candidate's worst error against a
 float64 reference be ``F x err_b + (C sqrt(K) u + eps) x max|ref|``. This script chooses

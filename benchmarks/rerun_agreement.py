@@ -20,7 +20,7 @@ Usage (the GPU commands, five fresh invocations a manifest)::
 
     for i in 1 2 3 4 5; do expkit run benchmarks/rerun/aa.yaml --out reports/rerun/aa/run-$i; done
     for i in 1 2 3 4 5; do expkit run benchmarks/rerun/pair.yaml --out reports/rerun/pair/run-$i; done
-    python benchmarks/rerun_agreement.py reports/rerun/aa reports/rerun/pair --out benchmarks/results
+    python benchmarks/rerun_agreement.py reports/rerun/aa reports/rerun/pair --out evidence/verdicts/rerun-agreement-gpu
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def render(groups: Dict[str, Dict[str, Any]]) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("groups", nargs="+", help="a folder of run folders, or run folders joined by commas")
-    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "evidence" / "verdicts")
     a = ap.parse_args(argv)
     groups = {g: agreement(runs_of(g)) for g in a.groups}
     a.out.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ times ``--blocks`` blocks of calls (each about ``--block-ms`` long), one thread 
 
 The question it answers: whether any of these figures stays near one for honest candidates
 that hand work over and near two for cheats on two threads, whatever the load. It was the
-evidence for not judging a count of runnable threads (``benchmarks/results/cpu-2026-11-27/share.md``).
+evidence for not judging a count of runnable threads (``evidence/defences/busy-host-share-rule/README.md``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ It also checks, from each run folder's ``worker.json`` and ``env.json``, that ev
 worker ran on the GPU it was given and that no two runs overlapped on one GPU.
 
 Output: a table on stdout, and ``suite_scaling.md`` + ``suite_scaling.json`` in
-``--out`` (default ``$OUT`` when set, else ``benchmarks/results``), beside the two
+``--out`` (default ``$OUT`` when set, else ``evidence/harness-cost/suite``), beside the two
 session folders.
 
 Usage: ``python benchmarks/suite_scaling.py [--n 8] [--seconds 6] [--gpus 0,1] [--out DIR]``.
@@ -109,7 +109,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=6.0, help="timed work per manifest (default 6)")
     ap.add_argument("--gpus", default="0,1", help="the two GPUs, as CUDA_VISIBLE_DEVICES entries (default 0,1)")
     ap.add_argument("--out", type=Path, default=Path(os.environ["OUT"]) if os.environ.get("OUT") else
-                    ROOT / "benchmarks" / "results")
+                    ROOT / "evidence" / "harness-cost" / "suite")
     args = ap.parse_args()
     gpus = [g.strip() for g in args.gpus.split(",") if g.strip()]
     if len(gpus) != 2:

@@ -2,10 +2,10 @@
 
 A script, not a test. On a CUDA machine it writes ``timing_fidelity.md`` and
 ``timing_fidelity.json`` to ``--out`` (default ``$OUT`` when set, else
-``benchmarks/results``), copies them to ``benchmarks/results/``, and prints the
+``evidence/timing-fidelity``), copies them to ``evidence/timing-fidelity/``, and prints the
 tables last. The previous version of this benchmark (a ladder of ops timed with CUDA
 events against CUPTI and Nsight Compute, H200) is kept in
-``results/timing_fidelity_events_h200.md``.
+``evidence/timing-fidelity/cuda-events/README.md``.
 
 What it measures
 ----------------
@@ -39,7 +39,7 @@ time nvbench reports for its cold or batch measurement). cuda-bench runs with it
 default stopping criterion (relative noise), its minimum time cut to 0.25 s (0.1 s
 quick) and a 3 s timeout (1.5 s) per measurement, to fit the run's time. The old
 ladder's columns that no longer bear on a claim (Nsight Compute, blocked_autorange, a
-naive event pair) are in ``results/timing_fidelity_events_h200.md``.
+naive event pair) are in ``evidence/timing-fidelity/cuda-events/README.md``.
 
 Then:
 
@@ -73,6 +73,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import datetime as _dt
+import gzip
 import json
 import math
 import os
@@ -91,7 +92,14 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-RESULTS = REPO / "benchmarks" / "results"
+RESULTS = REPO / "evidence" / "timing-fidelity"
+
+
+def _read_text(path: Path) -> str:
+    """A stored JSON's text; the evidence keeps it gzipped (``.json.gz``)."""
+    return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+
+
 CALL_PREFIX = "expkit-fidelity-call-"
 
 
@@ -647,7 +655,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=20)
     args = ap.parse_args()
     if args.render:
-        res = json.loads(Path(args.render).read_text())
+        res = json.loads(_read_text(Path(args.render)))
         md = render(res)
         Path(args.render).with_suffix(".md").write_text(md)
         print(md)

@@ -47,16 +47,17 @@ all rounds pooled as if from one process, and the literal two-level bootstrap
 Usage::
 
     python benchmarks/verdict_validity.py [--quick] [--trials N] [--jobs 2] [--out DIR]
-    python benchmarks/verdict_validity.py --render benchmarks/results/verdict_validity.json
+    python benchmarks/verdict_validity.py --render evidence/verdicts/verdict_validity.json.gz
 
 ``--quick`` (a handful of trials per cell, under two minutes on a 2-core machine) proves
 the script runs; its numbers mean little. Results go to ``--out`` (default
-``benchmarks/results/``) as ``verdict_validity.json`` and ``verdict_validity.md``.
+``evidence/verdicts``) as ``verdict_validity.json`` and ``verdict_validity.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import os
@@ -411,11 +412,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--aa-trials", type=int, default=None, help="A/A trials per cell (default: half the trials)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--presets", default=",".join(PRESETS))
-    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "evidence" / "verdicts")
     ap.add_argument("--render", type=Path, default=None, help="re-render the markdown from a stored JSON")
     a = ap.parse_args(argv)
     if a.render is not None:
-        data = json.loads(a.render.read_text())
+        data = json.loads(gzip.decompress(a.render.read_bytes()) if a.render.suffix == ".gz"
+                          else a.render.read_text())
         (a.render.parent / "verdict_validity.md").write_text(render(data))
         return 0
     presets = [p for p in a.presets.split(",") if p]

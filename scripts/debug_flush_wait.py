@@ -1,7 +1,7 @@
 """Debug: the first CUDA call after a forced CUPTI flush, in one process, phase by phase (GPU).
 
 A script for the device, not a test. In the GPU example's defended runs
-(``benchmarks/results/h100-2026-11-26/``) the first CUDA driver call after each timed block
+(``evidence/harness-cost/gpu-request-wait``) the first CUDA driver call after each timed block
 (torch's ``current_device``, wherever it came: the request ledger or the next block)
 waited 0.6-0.9 ms in the workers that had served the preflight (as a rule) and 3.4-5.1 ms
 in later replicates' workers. This reproduces a wait of the kind without the bench (not its

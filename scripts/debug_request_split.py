@@ -39,7 +39,7 @@ budget). Debug variants, by environment variable:
 * ``EXPKIT_DEBUG_SCHED=F``: each worker's primary CUDA context's scheduling flags set to F
   before the context exists (2 yield, 4 blocking sync; CUDA's default spins);
 * ``EXPKIT_DEBUG_PREALLOC=N``: CUPTI's pre-allocated device buffers set to N at each
-  interpreter's start (it hung a GPU run: ``benchmarks/results/h100-2026-11-26/``);
+  interpreter's start (it hung a GPU run: ``evidence/harness-cost/gpu-request-wait``);
 * ``EXPKIT_DEBUG_PROFILER_FIRST=N``: in each GPU worker before its first case, a
   torch.profiler session (CUDA activity) of N tiny kernels; ``=capture``: one tiny kernel
   through the preflight's own ``checks.recording.capture`` (CPU and CUDA activity, shapes,

@@ -17,7 +17,7 @@
 #   tests      python -m pytest -m gpu (540 s at most; the whole suite took 426 s on the H100 on 2026-11-24,
 #              521 s at ad4b631 on 2026-11-25, where the wrong-kernel example took 65 s against 3.4 s before,
 #              and ran past the step's limit at 573 s on an H100 on 2026-11-27: split it over two device
-#              calls of tests:P,Q steps, as benchmarks/results/h200-2026-11-27c/README.md does)
+#              calls of tests:P,Q steps, as evidence/ci/gpu-suite/README.md describes)
 #   tests:P,Q  python -m pytest -m gpu P Q (TESTS_LIMIT seconds, 300 by default; the whole GPU
 #              suite takes ~7 min, so split it over several such steps)
 #   examples   the GPU examples at measure=quick, one session

@@ -80,7 +80,7 @@ def test_a_thread_left_working_by_a_block_is_in_its_reply():
 def test_a_pool_that_grows_in_the_middle_of_a_block_is_no_finding():
     """The third call starts a thread that then waits for work, as a pool started on first use
     does when its first worker is still busy: until each new thread was counted once, it
-    counted for the call that left it and again for the next (benchmarks/results/cpu-2026-11-27/pool_growth.md)."""
+    counted for the call that left it and again for the next (evidence/defences/busy-host/pool_growth.md)."""
     stop = threading.Event()
     threads, calls = [], []
 

@@ -107,7 +107,7 @@ def _in_child(fn) -> str:
 def test_a_confined_process_can_still_move_a_file_into_another_directory(abi, tmp_path):
     """Triton's cache writes each kernel in a folder of its own and moves it into place: a
     domain that handled a file-system right and not renames made honest Triton candidates
-    crash with EXDEV on an H100 (benchmarks/results/h100-2026-11-26b/README.md)."""
+    crash with EXDEV on an H100 (evidence/defences/confine-gpu/README.md)."""
     if C.landlock_abi() < abi:
         pytest.skip(f"this kernel's Landlock ABI is {C.landlock_abi()}")
     (tmp_path / "a").mkdir()

@@ -1,7 +1,7 @@
 """CUPTI's activity kinds: enabled per block, or once while a case's blocks run.
 
 Enabling the kinds anew each block cost the first CUDA call after it 0.4-1.05 ms of host
-time on H200s (benchmarks/results/gpu_block_cost/kinds-on/), so the bench's recorders
+time on H200s (evidence/harness-cost/gpu-block-cost/kinds-on), so the bench's recorders
 keep them enabled between blocks and disable them when the case is done. A fake
 ``cupti`` module stands in for NVIDIA's bindings: it logs every enable, disable and
 flush, and hands the registered callback whatever records a test queues."""

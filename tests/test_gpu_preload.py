@@ -3,7 +3,7 @@
 On the CPU machine cupti-python and Triton are absent; stand-ins on the path show the
 mechanism: a forked worker inherits the imported module and Triton's cached key, so its
 own first call is a cache hit (on an H200 host each worker had spent 0.19-0.21 s and
-0.40 s on them: benchmarks/results/gpu_preload/; the GPU test is in tests/gpu/test_gpu_start.py)."""
+0.40 s on them: evidence/harness-cost/gpu-worker-preload; the GPU test is in tests/gpu/test_gpu_start.py)."""
 
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ def test_a_waiting_worker_raises_no_alarm(other_ns, wall_ns):
 def test_an_idle_workers_own_pool_may_spin_up_to_its_threads_but_one():
     """With measure.cpu_threads=2 each worker's OpenMP pool has a thread that spins after
     every block: honest candidates were `invalid` at 0.43-0.58 cores of the other worker
-    before that was allowed (benchmarks/results/cpu-2026-11-26e/README.md)."""
+    before that was allowed (evidence/defences/confine/README.md)."""
     assert interference.pool_cores(1) == 0.0 and interference.pool_cores(2) == 1.0 and interference.pool_cores(0) == 0.0
     assert interference.pool_cores(None) == float(max(0, (os.cpu_count() or 1) - 1))
     clocks = Clocks()

@@ -273,7 +273,7 @@ def test_a_busy_second_thread_over_short_blocks_shows_no_cpu_that_no_thread_spen
     """The process clock alone lags up to a scheduler tick behind every running thread but
     the caller's; read before the threads' clocks at a block's start, it started low, and
     an honest two-thread candidate on the 2-core CI machine read 2.84 cores and 4 threads
-    over 3.9 ms (``benchmarks/results/cpu-2026-11-27/read_order.md``). With a second
+    over 3.9 ms (``evidence/defences/busy-host/read_order.md``). With a second
     thread hashing (which releases the GIL) beside blocks of 0.2 ms, no thread ends, so
     what the process clock counts beyond the live threads' must stay near zero."""
     import hashlib

@@ -1,7 +1,7 @@
 """The default oracle (kind: rounding): fair to honest numerics, unfair to precision downgrades.
 
 Each test states one property of the rule in expkit/checks/rounding.py; the constants
-themselves come from benchmarks/oracle_margins.py (benchmarks/results/oracle_margins.txt).
+themselves come from benchmarks/oracle_margins.py (evidence/numerics/oracle_margins.txt).
 """
 
 from __future__ import annotations

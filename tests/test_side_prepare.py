@@ -2,7 +2,7 @@
 
 The parent asks both workers to prepare at once (``share=2``); each then builds on half
 the host cores. With every core each, two OpenMP pools shared the cores and waited on
-each other (benchmarks/results/worker_start/README.md)."""
+each other (evidence/harness-cost/worker-start/README.md)."""
 
 from __future__ import annotations
 

@@ -109,7 +109,7 @@ def test_this_cpu_test_process_has_no_driver_loaded():
 def test_a_parent_that_forks_its_workers_imports_the_preload_first():
     """Workers forked from a fresh parent inherit what it imported: without the preload
     each of honest-win's ten workers spent 0.83-0.94 s of its first call importing
-    torch._dynamo and its dependencies (benchmarks/results/fork_preload_cpu.md)."""
+    torch._dynamo and its dependencies (evidence/harness-cost/fork-preload-cpu.md)."""
     code = ("import sys; from expkit.bench import endpoint as e; from expkit.bench.preload import PRELOAD; "
             "assert e.fork_is_safe(); "
             "missing = [m for m in PRELOAD if m not in sys.modules]; assert 'torch._dynamo' in missing; "
@@ -157,7 +157,7 @@ def test_the_parents_gpu_telemetry_never_initialises_cuda_here(monkeypatch):
     Asking torch here (``current_device``, ``get_device_properties``) initialised the driver
     in the parent on an H100, and every later replicate's workers came from the fork
     server: ``scripts/debug_contexts.py`` at fbadffc showed the first pair forked and the
-    other four started from it (benchmarks/results/h100-2026-11-25/start_26_fbadffc.txt)."""
+    other four started from it (evidence/harness-cost/gpu-memory-fork-start/raw.tar.xz:start_26_fbadffc.txt)."""
     from expkit.bench import replicates
     from expkit.timing import telemetry
 
@@ -189,7 +189,7 @@ def test_a_parent_that_computed_its_intervals_with_scipy_can_still_fork():
     """The parent's statistics load scipy, whose OpenBLAS starts a pool of idle threads (one
     per core) as it loads; the replicates of every KernelBench run on the H100 then came from
     the fork server (33 native threads against 16:
-    benchmarks/results/h100-2026-11-25/fork_safety_85c803d.txt). The bench loads scipy with
+    evidence/harness-cost/gpu-memory-fork-start/raw.tar.xz:fork_safety_85c803d.txt). The bench loads scipy with
     its BLAS on one thread (expkit.bench.blas), so no pool starts. (Counting the pool as
     harmless instead hung a forked worker of this suite on a lock.)"""
     code = ("from expkit.bench import fork_safety as e; from scipy.stats import norm, t, bootstrap; "

@@ -143,7 +143,7 @@ def test_a_pushed_torch_function_mode_is_a_change_of_global_state():
 
 
 def test_the_hot_check_is_cheap():
-    """The cost the lead's per-block call adds (figures in benchmarks/results/defence_overhead.md)."""
+    """The cost the lead's per-block call adds (figures in evidence/harness-cost/defence-overhead/README.md)."""
     snap = tamper.FunctionSnapshot.take()
     snap.watch(tamper.torch_callables_for(["aten::softmax", "aten::mm", "aten::linear"]))
     snap.changed(hot_only=True)

@@ -164,7 +164,7 @@ def test_cheats_that_act_from_outside_a_worker_are_caught_when_the_workers_come_
     """A process that is not fresh (a notebook, a test session that computed with torch)
     starts its workers from the fork server, and did on the H100 host: the workers are
     then not the parent's children, and `sibling_stop` and `import_pool_cores` came out
-    `supported` there (benchmarks/results/h100-2026-11-26/adv_cpu_31205fa.txt)."""
+    `supported` there (evidence/harness-cost/gpu-request-wait/raw.tar.xz:adv_cpu_31205fa.txt)."""
     verdict, checks, case = BAD[name]
     out = run(name, tmp_path, "defences.start_method=forkserver")
     assert out.result["defences"]["start_method"] == "forkserver", out.result["defences"]["start_method"]
@@ -184,7 +184,7 @@ def test_cheats_that_stop_the_baselines_worker_are_refused_by_the_confinement(na
     signal it (ABI 6): the cheat is refused and earns what its honest addmm earns, never its
     1.5x claim. Unconfined the same cheat reaches the baseline's worker: `sibling_trace`
     came out `supported` at 2.36-2.54x that way, where the watch sees nothing
-    (benchmarks/results/cpu-2026-11-26e/README.md)."""
+    (evidence/defences/confine/README.md)."""
     from expkit.bench.confine import landlock_abi
 
     if landlock_abi() < abi:
@@ -207,7 +207,7 @@ def test_a_candidate_that_moves_the_baselines_threads_onto_one_core_earns_nothin
     """At measure.cpu_threads=2 a thread of the candidate's moved each thread of the baseline's
     worker onto one core: `supported` at 4.2-5.4x from an honest 1.0x before the baseline's
     worker gave its threads their cores back before each block request and named a thread
-    narrowed while it ran (bench/affinity_guard.py; benchmarks/results/cpu-2026-11-26e)."""
+    narrowed while it ran (bench/affinity_guard.py; evidence/defences/confine)."""
     out = run("sibling_affinity", tmp_path)
     got = reason_checks(out.result)
     assert out.verdict != "supported", out.result["reasons"]
@@ -219,7 +219,7 @@ def test_a_candidate_that_computes_while_its_baseline_is_timed_earns_nothing(nam
     """Threads of the candidate's compute only while the baseline is timed. One thread at
     measure.cpu_threads=2 stays inside the spin the watch allows an idle pool: it was
     `supported` at 3.5-4.4x from an honest 1.0x before the candidate's worker was stopped
-    while its baseline is timed (bench/freeze.py; benchmarks/results/cpu-2026-11-26f). The
+    while its baseline is timed (bench/freeze.py; evidence/defences/freeze). The
     freeze stops every thread of it: the watch reads nothing of its CPU time in the
     baseline's blocks, and the cheat earns what its honest addmm earns."""
     cfg = tuple(a for a in NEEDS.get(name, ()) if a not in UNFROZEN)  # the freeze on, as shipped
@@ -248,7 +248,7 @@ def test_a_candidate_that_stops_its_baseline_unconfined_earns_nothing_frozen(tmp
 def test_a_candidate_that_rewrites_the_baselines_module_is_caught(tmp_path):
     """Each replicate's fresh baseline worker imports its module anew: rewritten by the
     candidate's import, every later replicate's baseline was three times slower and the
-    honest 1.0x candidate `supported` (benchmarks/results/cpu-2026-11-26e/README.md). The
+    honest 1.0x candidate `supported` (evidence/defences/confine/README.md). The
     first pair's baseline imports before any candidate code runs; each later one's code is
     compared with it (checks/code_digest.py)."""
     import shutil
@@ -296,7 +296,7 @@ def test_the_new_cheats_are_not_caught_by_the_baseline_op_rule(name, tmp_path):
 def test_honest_candidates_on_two_threads_raise_no_alarm(name, freeze, tmp_path):
     """At measure.cpu_threads=2 each worker's OpenMP pool spins after its blocks: these were
     `invalid` (`interference`, 0.43 and 0.58 cores of the idle worker) before the watch
-    allowed an idle pool its spin (benchmarks/results/cpu-2026-11-26e/README.md). With the
+    allowed an idle pool its spin (evidence/defences/confine/README.md). With the
     freeze the idle worker is stopped and spins nothing, and the allowance is not given;
     without it, the allowance is what keeps them clear."""
     out = run(name, tmp_path, "measure.cpu_threads=2", f"defences.freeze={freeze}")

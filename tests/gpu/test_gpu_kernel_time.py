@@ -241,7 +241,7 @@ def test_collection_does_not_change_a_kernels_duration_by_more_than_one_percent(
 
 def test_torch_profiler_before_the_recorder_leaves_the_spans_right():
     # The preflight profiles with torch.profiler before timing starts; in the probe
-    # (benchmarks/results/kernel_time_probe/kineto_then_cupti.json) CUPTI spans came out
+    # (evidence/timing-fidelity/kernel-time-probe/raw.tar.xz:kineto_then_cupti.json) CUPTI spans came out
     # 2.1x too long afterwards. The recorder must measure its ticks and be right.
     from torch.profiler import ProfilerActivity, profile
 

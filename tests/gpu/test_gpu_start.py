@@ -58,7 +58,7 @@ def test_an_api_run_from_a_script_that_imported_the_bench_first_forks_its_worker
 
 def test_a_gpu_runs_preload_imports_cupti_and_caches_tritons_key_without_initialising_cuda():
     """Each GPU worker paid 0.19-0.21 s importing cupti-python and each Triton candidate's
-    0.40 s hashing Triton's installation (benchmarks/results/gpu_preload/); the process the
+    0.40 s hashing Triton's installation (evidence/harness-cost/gpu-worker-preload); the process the
     workers fork from now does both once, and stays fit to fork from."""
     code = ("import sys; from expkit.bench import endpoint as e, fork_safety as f; e.warm_up_forkserver('auto', 'cuda'); "
             "import torch; from triton.runtime.cache import triton_key; "
@@ -70,7 +70,7 @@ def test_a_gpu_runs_preload_imports_cupti_and_caches_tritons_key_without_initial
 
 def test_a_cpu_calls_drain_leaves_cuda_uninitialised_on_a_gpu_host():
     """A CPU run's workers on a GPU host used to create a CUDA context to drain a device they
-    never used (benchmarks/results/h200-2026-11-25d/requests-16core/)."""
+    never used (evidence/harness-cost/relay-on-16-cores/requests-16core)."""
     code = ("import torch; from expkit.checks import preflight; "
             "out = preflight.call_synced(lambda a: a @ a, (torch.ones(64, 64),)); "
             "print(float(out[0, 0]), torch.cuda.is_available(), torch.cuda.is_initialized())")

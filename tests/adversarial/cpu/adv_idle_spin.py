@@ -5,7 +5,7 @@ threads). One thread a core (``adv_idle.IdleSpin``) rests while a call is in pro
 and for a millisecond after; otherwise, which is while the baseline is timed, it
 computes on every core the candidate's worker has, which are the baseline's too. On this
 project's 2-core machine the baseline lost no time to it (1.0x either way,
-``benchmarks/results/cpu-2026-11-26d/README.md``); a memory-bound baseline, or one on
+``evidence/defences/interference-watch/README.md``); a memory-bound baseline, or one on
 every core, would.
 """
 import os
