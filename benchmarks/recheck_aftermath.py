@@ -16,7 +16,7 @@ without rechecks shows what round 1 is without one.
 
 An override ``env:KEY=VALUE`` sets an environment variable for that variant's runs;
 ``--via SCRIPT`` runs ``python SCRIPT run ...`` instead of ``python -m expkit run ...``
-(``scripts/debug_recheck_variants.py``, whose changes an ``env:`` override picks).
+(``60f880e:scripts/debug_recheck_variants.py``, whose changes an ``env:`` override picks).
 
 Default variants: ``rechecks`` (as shipped) and ``none``
 (``defences.min_rechecks=0 defences.recheck_budget=0``); every run gets

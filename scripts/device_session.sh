@@ -35,13 +35,9 @@
 #   kbwrong    the wrong KernelBench solutions
 #   audits:GLOB  audit manifests matching GLOB (under manifests/audits/), one session
 #              (AUDIT_ARGS: extra overrides, e.g. measure.timer=events; AUDIT_SESSION: its folder)
-#   debug      scripts/debug_start.py and scripts/debug_kernel_records.py
-#   hold       scripts/debug_hold.py (the CUDA timer's holds block by block; the L2 pair's figures)
 #   adv:NAMES  the named GPU adversarial manifests, each run folder kept whole (result.json, report)
 #   l2         the L2-resident adversarial pair warm and cold, with each timer: its figures side by side
-#   forksafe   scripts/debug_fork_safety.py on the honest GPU example
 #   pyc        whether torch's bytecode is cached on the device, and import times with a cache
-#   start:LIST  after kb:LIST: scripts/debug_start.py and scripts/debug_contexts.py on those manifests
 #   timeline:LIST  benchmarks/request_times.py on the manifests kb:LIST wrote (where a run's wall goes)
 #   pycache    from here on, Python writes and reads bytecode caches (under /tmp/pyc), as a
 #              user's Python does: this device's sets PYTHONDONTWRITEBYTECODE=1 and ships
@@ -181,18 +177,11 @@ for step in "$@"; do
       TIMEFORMAT="%R s"
       for i in 1 2 3; do echo "import of the preload, run $i (caches $( ((i == 1)) && echo written || echo read)):"
         { time python3 -c "import $mods"; } 2>&1; done | tee "$B/pycache.txt" ;;
-    hold)
-      step_limit 150 python3 scripts/debug_hold.py 2>&1 | grep -v Warning | tee "$B/debug_hold.log" | tail -40 ;;
     adv:*)
       for n in $(echo "${step#adv:}" | tr , ' '); do
         ( cd tests/adversarial/gpu && PYTHONPATH=$PYTHONPATH:. step_limit 120 python3 -m expkit run "$n.yaml" measure=quick \
             measure.max_seconds=0.3 measure.min_seconds=0.1 --out "$B/adv/$n" --quiet > "$B/adv-$n.log" 2>&1 )
         python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2], r['verdict'], r['reasons'][:3]); print(json.dumps(r.get('identity'))[:3000])" "$B/adv/$n/result.json" "$n" 2>&1 | tee -a "$B/adv.txt"
-      done ;;
-    debug)
-      step_limit 120 python3 scripts/debug_start.py manifests/examples/gpu/honest.yaml 2>&1 | grep -v Warning | tee "$B/debug_start.log" | tail -14
-      for op in add decode; do
-        step_limit 90 python3 scripts/debug_kernel_records.py --op $op 2>&1 | tee "$B/debug_records_$op.log" | tail -30
       done ;;
     l2)  # why the L2-resident pair read 0.85x warm and 2.89x cold (gpu_tests_all_5f465b3.log)
       mkdir -p "$B/l2"
@@ -202,9 +191,6 @@ for step in "$@"; do
             measure.cold=$c --out "$d" --quiet > "$d.log" 2>&1 )
         python3 -c "import json,sys; r=json.load(open(sys.argv[1])); c=r['measured']['cases']['c']; print(sys.argv[2], r['verdict'], r['timing'].get('method'), {k: v for k, v in c.items() if not isinstance(v, (list, dict))})" "$d/result.json" "$t cold=$c" 2>&1 | tee -a "$B/l2.txt"
       done; done ;;
-    forksafe)  # which parent-side step of a GPU run leaves the parent unfit to fork (scripts/debug_fork_safety.py)
-      step_limit 150 python3 scripts/debug_fork_safety.py manifests/examples/gpu/honest.yaml ${FORKSAFE_ARGS:-} 2>&1 | grep -v Warning \
-        | tee "$B/fork_safety.txt" | tail -12 ;;
     pyc)  # whether the device's Python finds compiled bytecode for torch, and what importing costs without and with a cache
       { python3 - <<'PY'
 import os, torch
@@ -216,14 +202,6 @@ PY
           TIMEFORMAT="import torch._dynamo, ${env:-no cache prefix}: %R s"
           time env $env python3 -c "import torch._dynamo"
         done; } 2>&1 | tee "$B/pyc.txt" ;;
-    start:*)  # after kb:LIST: where each run's start goes, and which processes hold GPU memory
-      for n in $(echo "${step#start:}" | tr , ' '); do
-        for m in /tmp/kb-work/level1/manifests/${n}_*.yaml; do
-          step_limit 120 python3 scripts/debug_start.py "$m" 2>&1 | grep -v Warning > "$B/start-$n.txt"
-          step_limit 120 python3 scripts/debug_contexts.py "$m" measure=quick >> "$B/start-$n.txt" 2>&1
-          tail -30 "$B/start-$n.txt"
-        done
-      done ;;
     timeline:*)  # after kb:LIST: each run's wall time request by request
       for n in $(echo "${step#timeline:}" | tr , ' '); do
         for m in /tmp/kb-work/level1/manifests/${n}_*.yaml; do

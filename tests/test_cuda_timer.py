@@ -508,7 +508,7 @@ def test_a_call_with_more_launches_than_the_queue_holds_does_not_grow_the_hold()
 def test_a_slow_launch_of_the_hold_does_not_stretch_its_events_or_the_clock():
     # With CUPTI recording, one launch took over 100 us on an H100: the hold then started
     # that long after its opening event, its events read long, and the SM clock and the
-    # recorder's ticks taken from them read 15-30% slow (scripts/debug_hold.py). The lead
+    # recorder's ticks taken from them read 15-30% slow (60f880e:scripts/debug_hold.py). The lead
     # spin covers the launch, after one block to learn how long it takes.
     gpu = FakeGpu(launch_s=150 * US)
     t = make(gpu, cold=False)

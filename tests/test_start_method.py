@@ -36,7 +36,7 @@ def test_the_driver_library_in_the_memory_map_marks_the_process(tmp_path: Path):
 
 def test_the_driver_mapped_but_never_initialised_leaves_the_process_fit_to_fork(monkeypatch):
     """On a GPU machine ``import torch`` maps the driver library without initialising it
-    (H100, torch 2.11: ``scripts/debug_start.py``); such a process forks safely."""
+    (H100, torch 2.11: ``60f880e:scripts/debug_start.py``); such a process forks safely."""
     monkeypatch.setattr(fork_safety.torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(fork_safety, "_driver_loaded", lambda maps="": "/usr/lib/libcuda.so.1")
     monkeypatch.setattr(fork_safety, "_driver_initialised", lambda path: False)
@@ -156,7 +156,7 @@ def test_the_parents_gpu_telemetry_never_initialises_cuda_here(monkeypatch):
     """The replicates' NVML log opens the GPU the baseline's worker reported, by its UUID.
     Asking torch here (``current_device``, ``get_device_properties``) initialised the driver
     in the parent on an H100, and every later replicate's workers came from the fork
-    server: ``scripts/debug_contexts.py`` at fbadffc showed the first pair forked and the
+    server: ``60f880e:scripts/debug_contexts.py`` at fbadffc showed the first pair forked and the
     other four started from it (evidence/harness-cost/gpu-memory-fork-start/raw.tar.xz:start_26_fbadffc.txt)."""
     from expkit.bench import replicates
     from expkit.timing import telemetry

@@ -278,7 +278,7 @@ def test_torch_profiler_after_the_recorder_still_sees_kernels():
 
 def test_kinds_kept_enabled_between_blocks_keep_each_blocks_kernel_time_and_close_cleanly():
     """The bench's timers keep CUPTI's kinds enabled from block to block (``keep_recording``;
-    what that saves is measured by ``scripts/debug_block_report.py``, not here): every block
+    what that saves is measured by ``benchmarks/block_report.py``, not here): every block
     keeps its kernel time, the kinds stay enabled between blocks and only then, and once the
     timer is closed torch.profiler in the same process sees kernels again (a buffer left in
     CUPTI by a close that did not flush hid them all)."""

@@ -1,4 +1,4 @@
-"""scripts/debug_request_split.py: its logs joined across processes, the medians per worker,
+"""benchmarks/request_split.py: its logs joined across processes, the medians per worker,
 and its hook on a real (short) CPU run, so that a renamed harness function breaks a test
 rather than the next device session."""
 
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script():
-    return repo_scripts.load("scripts/debug_request_split.py")
+    return repo_scripts.load("benchmarks/request_split.py")
 
 
 def _write(folder: Path, pid: int, rows) -> None:

@@ -1,4 +1,4 @@
-"""scripts/debug_block_report.py: its hook's log read back, the GPU records summarised, and
+"""benchmarks/block_report.py: its hook's log read back, the GPU records summarised, and
 the hook itself on a faked timer (the script's runs are for the device)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import repo_scripts
 
 
 def _script():
-    return repo_scripts.load("scripts/debug_block_report.py")
+    return repo_scripts.load("benchmarks/block_report.py")
 
 
 def test_summarise_reads_a_line_of_the_hook_per_block():

@@ -1,6 +1,6 @@
 """Debug: the CUDA timer's own account of each block, in workers and in one process (GPU).
 
-A script for the device, not a test. ``scripts/debug_block_split.py`` found a side's worker
+A script for the device, not a test. ``60f880e:scripts/debug_block_split.py`` found a side's worker
 spending about 0.25 ms a call more in its sampling span than the same sides in one process,
 with the kernel timer only. The CUDA timer keeps an account of every block
 (:class:`expkit.timing.blocks.BlockReport`): the host's time queuing the calls, the holds'
@@ -17,7 +17,7 @@ start to the block's first GPU record and from its last GPU record to the sample
 processes, read them within one). Then prints, per variant and round, the blocks and
 processes logged and the medians per block (the queuing per call).
 
-    python scripts/debug_block_report.py MANIFEST OUT_DIR [--rounds 2] [-- "k=v k=v" ; "k=v" ...]
+    python benchmarks/block_report.py MANIFEST OUT_DIR [--rounds 2] [-- "k=v k=v" ; "k=v" ...]
 
 Base overrides: ``measure=quick measure.max_seconds=2 measure.target_ci=0`` (a pinned budget);
 default variants: the defences as shipped, and the same sides in one process

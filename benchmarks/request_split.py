@@ -25,8 +25,8 @@ is a difference of one clock's readings. ``--per-process`` prints medians per wo
 process: its role, whether it served the preflight, the synchronise after each sample,
 the ledger's stop, the handle, and the CPUs its main thread ran on.
 
-    python scripts/debug_request_split.py MANIFEST OUT_DIR [--rounds 1] [override ...]
-    python scripts/debug_request_split.py --per-process OUT_DIR/logs-1
+    python benchmarks/request_split.py MANIFEST OUT_DIR [--rounds 1] [override ...]
+    python benchmarks/request_split.py --per-process OUT_DIR/logs-1
 
 Base overrides: ``measure=quick measure.max_seconds=2 measure.target_ci=0`` (a pinned
 budget). Debug variants, by environment variable:
