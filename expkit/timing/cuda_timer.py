@@ -383,7 +383,7 @@ class CudaTimer:
         # call, or foreign), so the record decides. The host's slack then measures the
         # recorder's own overhead on the host, not foreign work (on an H100, a 3.5 us add
         # whose record held nothing but its own and the harness's kernels showed a 0.49 ms
-        # envelope a call: scripts/debug_kernel_records.py), and falling back to the
+        # envelope a call), and falling back to the
         # envelope would time that overhead instead of the op.
         if foreign and kernel_total is None and FOREIGN not in flags:
             flags.append(FOREIGN)
