@@ -190,7 +190,7 @@ def test_doctor_sees_the_gpu(capsys):
         Path(os.environ["OUT"], "doctor.txt").write_text(out)
 
 
-def test_the_readme_shows_the_committed_cpu_output():
+def test_the_commands_page_shows_the_committed_cpu_output():
     committed = (ROOT / "benchmarks" / "results" / "doctor-cpu.txt").read_text()
-    assert f"```\n{committed}```" in (ROOT / "README.md").read_text()
+    assert f"```\n{committed}```" in (ROOT / "docs" / "commands.md").read_text()
     assert committed.startswith("ok  expkit ") and "fork server" in committed

@@ -36,8 +36,8 @@ judge. Move the code into a ``.py`` module (e.g. ``kernels.py`` beside the noteb
 and import it from there. Plain strings in a dict resolve on the import path (a dict
 has no folder of its own).
 
-**Settings** are the runner's Hydra settings (``conf/``, the README's "Runner
-settings"), never the claim. As keyword arguments: ``measure="quick"`` is
+**Settings** are the runner's Hydra settings (``conf/``, "Runner
+settings" in docs/manifest.md), never the claim. As keyword arguments: ``measure="quick"`` is
 ``measure=quick``; a double underscore is a dot, ``measure__target_ci=0.02`` is
 ``measure.target_ci=0.02``; a dict nests, ``defences={"isolate": False}`` is
 ``defences.isolate=false``. Python values are written in Hydra's syntax (``True`` ->

@@ -4,7 +4,7 @@ A process may change the affinity of another of its user, thread by thread. A ca
 whose import started a thread that moved each thread of the baseline's worker onto one
 core, at ``measure.cpu_threads=2``, was ``supported`` at 4.2-5.4x from an honest 1.0x: the
 baseline's two threads shared a core, and nothing else changed that any check read
-(``benchmarks/probes/cpu_affinity/``, ``benchmarks/results/cpu-2026-11-26e/README.md``).
+(evidence/README.md).
 Landlock does not scope affinity (``.confine``), and a thread keeps what was set, so the
 candidate need not act while the baseline is timed, where the parent's watch would see it.
 

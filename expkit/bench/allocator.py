@@ -11,7 +11,7 @@ the difference fell on the candidate's side: on the project's 2-core CPU, the id
 solution of KernelBench's 81_conv_transposed_2D (sizes / 64, a 6.4 MB output a call)
 measured against itself a geometric mean of 0.569x over 50 processes, 26 of them under
 0.5x; with both thresholds fixed here, 0.916x over 30 processes, one under 0.5x
-(``benchmarks/results/allocator_81_conv_transposed_cpu.md``).
+(evidence/README.md).
 
 :func:`steady` fixes both in a worker before any code under test runs: blocks of
 ``MMAP_THRESHOLD`` (32 MiB, the most glibc's own adaptation reaches on 64-bit) and larger

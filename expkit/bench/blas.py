@@ -4,7 +4,7 @@ The runner computes its intervals with ``scipy.stats``, and scipy's OpenBLAS sta
 of idle threads (one per core) as it loads. A process with those threads is not fit to fork
 a worker (:func:`expkit.bench.fork_safety.fork_is_safe`): on an H100 host (16 cores) the
 runner went from 16 native threads to 33 mid-run and every later replicate's workers came
-from the fork server (``benchmarks/results/h100-2026-11-25/fork_safety_85c803d.txt``), and
+from the fork server (evidence/README.md), and
 counting the pool as harmless hung a forked worker of the CPU suite on a lock. So the
 runner loads scipy with ``OPENBLAS_NUM_THREADS=1`` (:func:`load_scipy_single_threaded`;
 OpenBLAS reads it once, as it loads), and each worker, which inherits that library as

@@ -5,13 +5,13 @@ not before the block (or a call that returned with a new thread still running), 
 processes still running, and the functions and settings the harness relies on (checks
 ``tamper`` and ``global_state``). On honest-win on the 2-core CPU machine they took about
 0.5 ms of each timed block request, which took 3.7 ms on average
-(``benchmarks/results/block_checks_652cd4b.md``).
+(evidence/README.md).
 
 Running them after the block's reply instead, while the parent has the other side's
 worker time its next block, was tried and measured: it cut the parent's wait per block
 by about 90 us of 650 us on the 2-core CPU machine and moved neither the measurement
 phase on it nor on a 16-core H100 host beyond the runs' spread
-(``benchmarks/results/late_checks/README.md``), so they run before the reply.
+(evidence/README.md), so they run before the reply.
 """
 
 from __future__ import annotations
@@ -30,10 +30,9 @@ from ..core.findings import Finding
 #: grows by its workers once (``concurrent.futures.ThreadPoolExecutor``'s default ceiling,
 #: the host's cores + 4 up to 32), where a candidate that hands each call's last part to a
 #: new thread, which parks once done, leaves one per call. Calls count each new thread once
-#: (``CaseState.after``); until 2026-11-27 a thread was counted by the call that left it
-#: and again by the next one, so a pool that grew in the middle of a block was a finding:
-#: the suite's honest pooled GEMV was ``invalid`` with both cores busy with other work
-#: (``benchmarks/results/cpu-2026-11-27/pool_growth.md``).
+#: (``CaseState.after``): counted by the call that left it and again by the next one, a
+#: pool that grew in the middle of a block was a finding, and the suite's honest pooled
+#: GEMV was ``invalid`` with both cores busy with other work (evidence/README.md).
 POOL_THREADS = min(32, (os.cpu_count() or 1) + 4)
 
 

@@ -5,7 +5,7 @@ the worker times its calls and answers, the parent asks the other. Only one of t
 processes works at any moment, yet each one's wake-up lands on whichever core the
 scheduler picks; on a virtual machine waking a process on another, idle core costs
 tens to hundreds of microseconds a hand-over, paid by every block
-(``benchmarks/results/pin_cores/README.md``). Put on the same ``measure.cpu_threads``
+(evidence/README.md). Put on the same ``measure.cpu_threads``
 cores, the hand-over is a switch between processes on one core. The side's calls get
 the same number of cores they are allowed; the harness's processes wait, blocked, while
 it runs.
@@ -110,8 +110,8 @@ def relay_quietly(pids: Sequence[int]) -> Optional[int]:
     parent took it back, to end its write and wait, inside the timed span of 31-57% of the
     blocks of the README's example on the 2-core machine (an involuntary switch in the
     timed calls, those blocks a few per cent slower on average); as batch threads 0-6%
-    (``benchmarks/results/cpu-2026-11-27c/README.md``; on a 16-core H200 host 27-57%
-    against 1-5%, ``h200-2026-11-27f``). A running batch thread is scheduled as any
+    (evidence/README.md; on a 16-core H200 host 27-57%
+    against 1-5%). A running batch thread is scheduled as any
     other: the calls get the same core as before."""
     policy = getattr(os, "SCHED_BATCH", None)
     if policy is None:

@@ -22,7 +22,7 @@ own, no CUDA context; the runner runs no torch op), else uses the fork server.
 ``forkserver`` forks each worker from a server process that imported torch (and what the
 profiler imports on first use) once: 0.1-0.2 s a worker on the 2-core CI machine once the
 server is up, where starting the server costs seconds (9.4 s on an H100 machine, cold
-caches: ``scripts/debug_start.py``), once per parent process; :func:`warm_up_forkserver`
+caches), once per parent process; :func:`warm_up_forkserver`
 starts it early, while the parent still loads the manifest. ``spawn`` starts a fresh
 interpreter per worker (seconds each). ``fork`` forks the parent unconditionally (a process
 with an OpenMP pool, other threads or a CUDA context must not be forked). With
@@ -75,7 +75,7 @@ def start_context(method: str, device: str = "cpu") -> Tuple[Any, Optional[str]]
     map (:func:`~.fork_safety.cuda_initialised`), 2.6 ms on the 2-core CPU machine with
     torch loaded, and a pair had asked five times: 26 reads and 67 ms of one ``quick``
     run of the README's example, 7 reads and 18 ms since
-    (``benchmarks/results/cpu-2026-11-27c/README.md``)."""
+    (evidence/README.md)."""
     why: Optional[str] = None
     if method == "auto":
         why = fork_unsafe_reason()

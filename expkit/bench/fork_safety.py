@@ -105,11 +105,10 @@ load_scipy_single_threaded()
 try:
     # pandas (the result's tables) loaded now too, so that a thread it starts as it loads
     # counts with torch's: where pyarrow is installed, pandas imports it, and pyarrow starts
-    # jemalloc's background thread (``jemalloc_bg_thd`` on the H100,
-    # ``fork_safety_2ea6229.txt``). Loaded after this count, it left a parent that had
-    # imported this module first unfit to fork, and every worker came from the fork
-    # server; the CLI, which loads pandas first, forked every worker with it there
-    # (``tests/gpu/test_gpu_start.py``, and the KernelBench runs at 82be6cb).
+    # jemalloc's background thread (``jemalloc_bg_thd`` on the H100). Loaded after this
+    # count, it left a parent that had imported this module first unfit to fork, and every
+    # worker came from the fork server; the CLI, which loads pandas first, forked every
+    # worker with it there (``tests/gpu/test_gpu_start.py``, and the KernelBench runs).
     import pandas  # noqa: F401
 except Exception:  # pandas is a dependency; a broken install only costs the fork
     pass
@@ -162,8 +161,7 @@ def threads_the_child_never_needs(library: str) -> Iterator[None]:
     """Run the block, and let the native threads it starts stay in a process that forks.
 
     For the parent's own calls into a library that no worker forked after them uses:
-    NVML's ``nvmlInit`` starts a thread (``cuda0000340000f`` on the H100:
-    ``benchmarks/results/h100-2026-11-26/fork_safety_watch_0955cf7.txt``), and the parent
+    NVML's ``nvmlInit`` starts a thread (``cuda0000340000f`` on the H100), and the parent
     opens NVML for the GPU's clocks and its processes once the first pair of workers has
     started. A fork copies only the calling thread, so what the child loses is that
     library's thread and whatever lock it held, which matters only to a child that calls

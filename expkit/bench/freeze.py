@@ -8,7 +8,7 @@ worker's CPU time, but it must allow a pool's spin (``measure.cpu_threads - 1`` 
 and inside that allowance one thread of the candidate's, computing only while the
 baseline was timed, made an honest 1.0x candidate `supported` at 3.5-4.4x
 (``tests/adversarial/cpu/idle_spin_pool.yaml``,
-``benchmarks/results/cpu-2026-11-26f/README.md``).
+evidence/README.md).
 
 So before a side's block request the parent sends the other worker ``SIGSTOP``, which
 no code can catch, block or ignore, and waits until the kernel reports every thread of

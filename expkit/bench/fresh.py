@@ -2,7 +2,7 @@
 
 Made before its timed span starts. The default, ``salt``, copies one element of one
 floating input over another at a position drawn from a secret RNG: on the CPU about half a
-microsecond a call whatever the input size and dtype (``benchmarks/per_call_overhead.py``),
+microsecond a call whatever the input size and dtype (evidence/README.md),
 bumps the tensor's version counter and changes
 its content, so a cache keyed on a pointer, a version or a content hash either misses
 (and the candidate pays for the work) or returns a stale answer (which the recheck
@@ -49,7 +49,7 @@ def _version_bump() -> Callable[[Tuple[Any, ...]], None]:
     in torch 2.13 (the CPU wheel this project tests with), takes the tuple itself and saves
     the wrapper's checks: a defended GEMV's untimed work a call read 1.32-1.38 us with it and
     1.53-1.56 us with the public call (the 2-core machine,
-    ``benchmarks/results/cpu-2026-11-27d/README.md``, section 5). A private call's signature
+    evidence/README.md). A private call's signature
     is torch's to change, so it is tried once on a scratch tensor and used only where it
     bumps by exactly one; otherwise the public call, given the tensor."""
     import torch
@@ -128,7 +128,7 @@ class FreshInputs:
         by hand, with the draws made in batches: 0.55-0.59 us a call against 1.08-1.14 with
         a NumPy view of the floats and three draws from ``random`` a call, and 0.56 against
         8.44-8.55 us for bfloat16, which took torch's own indexing (the 2-core machine,
-        ``benchmarks/per_call_overhead.py``, ``benchmarks/results/cpu-2026-11-27d/``). That
+        evidence/README.md). That
         matters for ops of a few microseconds. The bump: :func:`_version_bump`."""
         import torch
 

@@ -1,7 +1,7 @@
 """A GPU worker's library start, done once where the workers fork from (a preload module).
 
 Profiled inside the workers of the GPU example (``honest.yaml``, a Triton candidate) on an
-H200 host with ``scripts/debug_request_profile.py`` (``benchmarks/results/gpu_preload/``):
+H200 host (evidence/README.md):
 each worker's first ``prepare`` spent 0.19-0.21 s importing cupti-python (its
 ``profiler_host`` extension) to open the kernel-time recorder, and each candidate worker's
 first Triton launch about 0.40 s in ``triton_key()``, which hashes Triton's own

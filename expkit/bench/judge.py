@@ -43,12 +43,12 @@ INPUTS = "inputs"
 #: blocks' threads, took at least this long. Below it the cores save less than the
 #: OpenMP pool's spin after them, which the baseline's next timed block waited out:
 #: 2.1-6.6 ms after each of 23 rechecks of honest-win on the 2-core machine
-#: (``benchmarks/results/cpu-2026-11-26/README.md``).
+#: (evidence/README.md).
 WIDE_RECHECK_S = 0.005
 #: ... or where its inputs and outputs hold at least this many bytes: the float64 reference
 #: upcasts every input, work that grows with the data whatever the baseline's call took.
 #: Upcasting 32 MiB and comparing it took 97.6 ms on one core and 58.7 ms on two
-#: (``benchmarks/results/cpu-2026-11-26/upcast.md``): at 4 MiB the second core saves about
+#: (evidence/README.md): at 4 MiB the second core saves about
 #: what the pool's spin costs.
 WIDE_RECHECK_BYTES = 4 << 20
 

@@ -19,11 +19,11 @@ the next such request begins (or the ledger is read). Over a run of requests of 
 harness does nothing between two requests, so the resident set there is no larger than at
 the end of the first (memory that a thread of the side's own code takes between requests
 counts too). One reset and one read serve the run where each request took both (36 us a
-block request on the 2-core machine, ``benchmarks/results/cpu-2026-11-26h/README.md``). It reads the
+block request on the 2-core machine, evidence/README.md). It reads the
 allocator's statistics once at each end, as torch returns them (nested): torch's
 ``memory_allocated`` and ``max_memory_*`` each flatten every statistic into a sorted dict,
 which cost 181-184 us a request on an H200 against 27-28 us for the nested reads
-(``benchmarks/results/h200-2026-11-26/README.md``).
+(evidence/README.md).
 """
 
 from __future__ import annotations

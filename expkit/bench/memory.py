@@ -99,7 +99,7 @@ class ProcFile:
     resident set and resets its peak around every worker request. Opened each time, the
     two took 38 and 35 us a request in a CPU worker's timed-block requests; kept open, 24
     and 8 us, the ledger's start and stop 82 against 41 us together
-    (``benchmarks/results/cpu-2026-11-26b/README.md``).
+    (evidence/README.md).
 
     The descriptor is reopened in a forked child (the inherited one names the parent's
     file) and wherever it no longer is the file it was opened as (same device and inode):

@@ -11,7 +11,7 @@ from .side import HARNESS_MODULES
 #: because the first profiled call of a process imports them (about 1.3 s of a 2-core
 #: machine's time per worker otherwise, measured for :mod:`.endpoint`); importing them
 #: starts no thread. So is ``side.HARNESS_MODULES``: a worker spent 0.04-0.10 s of its
-#: start importing them itself (``benchmarks/results/worker_start/README.md``).
+#: start importing them itself (evidence/README.md).
 PRELOAD = ["torch", "torch._dynamo", "torch.profiler", "torch._inductor.standalone_compile", "expkit.bench.side",
            "expkit.bench.serve", "expkit.bench.endpoint", "expkit.manifest",
            *(f"expkit.{name}" for name in HARNESS_MODULES)]

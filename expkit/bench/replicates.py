@@ -25,8 +25,7 @@ from .tamper import TAMPER
 
 #: Device memory a pair's two workers need to start: until they open (``prepare``), each holds
 #: its CUDA context alone. NVML counted 1108-1172 MiB a process on an H100 once a small
-#: problem's inputs and library workspaces were added (benchmarks/results/h100-2026-11-25/
-#: start_12_ba11bf6.txt).
+#: problem's inputs and library workspaces were added (evidence/README.md).
 START_ROOM = 2 * GiB
 
 

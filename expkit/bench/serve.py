@@ -184,7 +184,7 @@ class Server:
         """``trim`` (default true): give the device back what the cache holds; false for a
         pair's last case when the pair closes next, where nothing opens beside it first and
         the collection and frees cost about 0.2 s a side on an H200
-        (``benchmarks/results/h100-2026-11-25/timeline_62_h200_b3b7a7a.txt``)."""
+        (evidence/README.md)."""
         self.relay.share(None)
         out = {"findings": [asdict(f) for f in self.side.finish_case()], "resources": self.side.resources,
                "continued": continues_taken()}  # stops of this worker (checks.interference)

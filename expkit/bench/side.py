@@ -290,7 +290,7 @@ class SideBench:
                 keep_pristine: bool = True, share: int = 1) -> Dict[str, Any]:
         """A case's input sets and timer; ``share``: the workers building theirs at once, each
         on its share of the host cores (an OpenMP pool per worker on every core made the
-        pools wait on each other: ``benchmarks/results/worker_start/README.md``)."""
+        pools wait on each other: evidence/README.md)."""
         case = next(c for c in self.lm.manifest.cases if c.name == case_name)
         self.exporter.release_exports()
         if self.case is not None:  # a case that raised before it finished
@@ -402,7 +402,7 @@ class CaseState:
         # Both sides time on inputs in the same kind of memory, made by the factory: the
         # candidate's placed in shared memory (to export a kept call's with no copy) made
         # honest KernelBench matmuls on CPU read 0.4-0.8x, three times slower in some
-        # processes (benchmarks/results/kernelbench_cpu_l1_shrink64_2026-11-24.md).
+        # processes (evidence/README.md).
         sets = [bench.inputs(case.params, preflight.derive_seed(run_seed, case.name, "time", k), threads)
                 for k in range(max(1, input_sets))]
         rebuild = lambda seed: bench.inputs(case.params, seed)  # noqa: E731

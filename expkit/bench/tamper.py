@@ -9,7 +9,7 @@ snapshotted, object and code, before the candidate's module is imported
 each case and -- the *hot* subset, the clocks, torch and what the recheck calls --
 after every batch of timed blocks (``changed(hot_only=True)``, on a CPU run without the
 GPU timing's own functions; its cost per check is in
-``benchmarks/results/cpu-2026-11-26/README.md`` and ``cpu-2026-11-26b/``).
+evidence/README.md).
 
 The torch callables the *baseline* uses are known only once its trace is: its op names
 map to the public names that reach them (:func:`torch_callables_for`: ``aten::softmax``
@@ -77,7 +77,7 @@ HOT_PREFIXES = ("time.", "torch.", "gc.", "threading.", "_thread.", "expkit.chec
 #: Of the hot subset, what only a GPU block's timing calls (the CUDA timer, the kernel-time
 #: recorder, ``torch.cuda``): a CPU block's check leaves these to the case's checkpoints,
 #: which read every entry, as its state check leaves CUDA's settings (96 of 228 entries; a
-#: check 12.3 against 21.7 us warm: ``benchmarks/results/cpu-2026-11-26b/README.md``).
+#: check 12.3 against 21.7 us warm: evidence/README.md).
 GPU_ONLY_PREFIXES = ("torch.cuda.", "expkit.timing.cuda_timer.", "expkit.timing.kernel_time.",
                      "expkit.timing.cupti_recorder.")
 

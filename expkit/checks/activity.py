@@ -49,7 +49,7 @@ RESOURCES = "resources"
 #: own counter (a private name of the standard library, there since Python 2 and what
 #: CPython's own test helpers count threads with). Read twice around every timed call, it
 #: costs 0.03 us where ``threading.active_count()`` (a lock and two dictionaries) costs 0.30
-#: on the 2-core machine (``benchmarks/results/cpu-2026-11-26h/micro.md``), and it also counts
+#: on the 2-core machine (evidence/README.md), and it also counts
 #: threads started with ``_thread.start_new_thread``, which ``threading`` never lists. The
 #: fallback, where it is missing, is ``threading``'s count.
 thread_count: Callable[[], int] = getattr(_thread, "_count", None) or threading.active_count
@@ -276,7 +276,7 @@ class ResourceAccount:
     their time (:data:`EXITED`: a thread started and joined inside a call is gone when
     the block ends; without them a candidate that computed half of each call on such a
     thread read 1.59-1.73 cores and one thread, and was ``supported``:
-    ``benchmarks/results/cpu-2026-11-26c/cheats_before_after.md``). Blocks shorter than
+    evidence/README.md). Blocks shorter than
     ``min_wall_s`` are pooled with the next until the pool is that long, so a single
     scheduler tick cannot decide (and :meth:`close`). For the candidate the finding is
     ``invalid``; for the baseline a warning (its speedup is then against more cores than
@@ -315,7 +315,7 @@ class ResourceAccount:
         # clock brings the kernel's account of it up to date, which the process clock alone
         # leaves up to a scheduler tick behind for every thread but the caller. Read first,
         # the process clock started low, and a 2-core machine's spans showed up to 3.87 cores
-        # and CPU no thread spent (``benchmarks/results/cpu-2026-11-27/read_order.md``).
+        # and CPU no thread spent (evidence/README.md).
         w0 = self.reader.wall_ns()
         self.contention.begin(w0)
         t0 = self.reader.thread_cpu_ns()

@@ -14,7 +14,7 @@ beside such work may hold without it. But with both cores of the 2-core CPU mach
 by two other processes, three of the adversarial suite's honest candidates went from
 ``supported`` to ``inconclusive`` with no sign of why, their timing threads waiting for a
 CPU for 36-48% of their timed blocks, against 0-1% on the quiet machine
-(``benchmarks/results/cpu-2026-11-27/contention.md``); the report now says why their times
+(evidence/README.md); the report now says why their times
 are not the code's alone.
 
 Two consequences are a verdict's. A candidate that ran more threads than
@@ -41,7 +41,7 @@ SHARE = "share"
 class RunQueueWait:
     """The calling thread's total wait for a CPU so far, in ns (None where the kernel keeps
     no such account). Each thread's file stays open: a read is one ``pread``, 1.8 us a
-    read on the 2-core CPU machine (``benchmarks/results/cpu-2026-11-27/contention.md``)."""
+    read on the 2-core CPU machine (evidence/README.md)."""
 
     def __init__(self, path: str = "/proc/thread-self/schedstat") -> None:
         self.path = path
@@ -107,7 +107,7 @@ class ContentionAccount:
 #: suite's honest candidates waited 0-5% of their blocks over two runs of each (5%: a
 #: candidate whose two pool threads and its own share the two cores), and with two other
 #: busy processes 1-53%, 14% or more in 23 of 26 sides of the later run
-#: (``benchmarks/results/cpu-2026-11-27/contention.md``).
+#: (evidence/README.md).
 LIMIT = 0.10
 MIN_WAIT_MS = 10.0
 
@@ -154,11 +154,11 @@ def share_findings(resources: Mapping[str, Mapping[str, Mapping[str, Any]]],
     one it cannot: each runnable thread gets a share of the cores, and a candidate that
     computed half of each call on a second thread used 0.85-0.99 cores beside two busy
     processes on the 2-core CPU machine, under the limit, yet was ``supported`` at 1.36x
-    against its own baseline (``benchmarks/results/cpu-2026-11-27/under_load.md``). Nor can
+    against its own baseline (evidence/README.md). Nor can
     a count of runnable threads (CPU time plus each thread's wait for a CPU) tell such a
     candidate from an honest one that hands small calls to a pool and waits: under load
     the pool's wake-ups overlap, and the two ranges met
-    (``benchmarks/results/cpu-2026-11-27b/README.md``). What is known is that the speedup
+    (evidence/README.md). What is known is that the speedup
     was measured where more threads buy more of the host; so it is not reported as earned."""
     if cpu_threads is None:
         return []

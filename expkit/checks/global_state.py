@@ -86,7 +86,7 @@ def snapshot_state(*, cuda: bool = True) -> Dict[str, Any]:
     leaves out CUDA's (TF32, cuDNN, the attention backends, CUDA autocast), which change
     nothing a CPU run computes: its checks after each timed block read 17 probes of 31, a
     median 142 us a block against 189 us on the 2-core machine
-    (``benchmarks/results/state_probes/block_checks_ab.md``); a case's checkpoints read all.
+    (evidence/README.md); a case's checkpoints read all.
 
     A probe that raises (an attribute missing from this torch build) is recorded as
     the exception's type name, so that it compares equal to itself."""

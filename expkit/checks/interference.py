@@ -6,7 +6,7 @@ the cores it is timed on, or lower its priority. None of it shows in any check i
 worker that is slowed: its calls just take longer, and a candidate whose baseline was
 stopped for half of each millisecond came out `supported` (its intervals 2.1-2.8x in three
 runs) with calls of its own no faster (``tests/adversarial/cpu/sibling_stop.yaml``,
-``benchmarks/results/cpu-2026-11-26d/README.md``). The parent watches each worker from the
+evidence/README.md). The parent watches each worker from the
 outside, through the kernel, where a worker's code cannot reach:
 
 - **Work while the other side is timed** (:class:`WorkerWatch`): the other worker's
@@ -15,7 +15,7 @@ outside, through the kernel, where a worker's code cannot reach:
   pool spins: with ``measure.cpu_threads`` above 1, GNU OpenMP's idle threads spin for
   milliseconds after each parallel region (``pool_cores``: up to ``cpu_threads - 1``
   cores; honest candidates at two threads were `invalid` before that was allowed:
-  ``benchmarks/results/cpu-2026-11-26e/README.md``). One that computed beyond that while
+  evidence/README.md). One that computed beyond that while
   its sibling was timed competed with it for the machine. With the freeze (the default,
   ``bench/freeze.py``) the idle worker is stopped while the other side is timed: it spends
   nothing, and the pool's allowance is given only where the run turns the freeze off
@@ -118,7 +118,7 @@ def count_continues() -> None:
     worker around every block (``bench/freeze.py``), the harness's own pool in the
     baseline's worker spun into its timed blocks that way: honest candidates on the
     16-core H100 host were `invalid` (`resources`, 1.5-1.9 cores at ``cpu_threads=1``,
-    ``benchmarks/results/h100-2026-11-26c/README.md``)."""
+    evidence/README.md)."""
     import signal
 
     def _count(signum: int, frame: object) -> None:

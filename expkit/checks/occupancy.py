@@ -32,8 +32,8 @@ block limit already forbids), and register counts are those the compiler reports
 profiler's "achieved occupancy" can show; it says nothing about speed on its own.
 
 Checked against the driver's own calculator (``cuOccupancyMaxActiveBlocksPerMultiprocessor``) by
-``tests/test_occupancy.py::test_matches_the_cuda_occupancy_api`` on this project's device machines
-on 2026-11-21: 528 block shapes on an H100 SXM and 504 on an H200 (kernels of 24 to 249 registers,
+``tests/test_occupancy.py::test_matches_the_cuda_occupancy_api`` on this project's device machines:
+528 block shapes on an H100 SXM and 504 on an H200 (kernels of 24 to 249 registers,
 32 to 1024 threads, 0 to 227 KiB of dynamic shared memory), no difference in blocks per SM. The
 cc 7.5, 8.0, 8.6 and 8.9 rules were not checked on a device.
 

@@ -269,8 +269,8 @@ def call_synced(fn: Fn, args: Sequence[Any]) -> Any:
     Asked of ``torch.cuda.is_initialized()``, not ``is_available()``: on a GPU host a CPU
     run's workers created a CUDA context here for nothing, and ``is_available()`` asks
     the driver every time (about 10 ms a call on an H200 host: a CPU manifest's rechecks
-    there took 58 ms each against 6 ms on a 2-core CPU machine, ``scripts/
-    debug_request_profile.py``, ``benchmarks/results/h200-2026-11-25d/requests-16core/``).
+    there took 58 ms each against 6 ms on a 2-core CPU machine,
+    evidence/README.md).
     Code that put work on the GPU has initialised CUDA, so its work is still drained."""
     out = fn(*args)
     if torch.cuda.is_initialized():

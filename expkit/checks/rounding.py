@@ -1,70 +1,32 @@
 """The default oracle (``kind: rounding``): the candidate may round no worse than the baseline does.
 
-``allclose`` with torch's elementwise tolerances (fp32: rtol 1.3e-6, atol 1e-5) is the
-wrong default for anything that reduces: an honest fp32 matrix product that sums in
-another order than its reference misses it by 1.1-1.5x (issue #13). This oracle judges
-both sides against one float64 reference instead, and lets the candidate be as wrong
-as honest rounding can make it, no more.
-
-The rule, per floating output (``r`` the reference, ``b`` the baseline's output, ``c``
-the candidate's; maxima over the elements)::
+Both sides are judged against one float64 reference (the baseline on its inputs upcast; see
+:class:`ReferenceLadder` where it cannot run so), and the candidate may be as wrong as honest
+rounding can make it, no more. Per floating output, maxima over the elements::
 
     err_b   = max |b - r|                      the baseline's own error
     err_c   = max |c - r|                      the candidate's error
     allowed = F * err_b + (C * sqrt(K) * u_acc + eps_out) * max |r|
     pass  iff  err_c <= allowed
 
-* ``F`` (:data:`FACTOR`, or the oracle's ``factor``): how much worse than the baseline a
-  candidate may round -- what keeps the rule fair to a candidate held against an
-  inaccurate baseline (one that sums naively, or runs in TF32). ``C`` (:data:`BOUND`, or
-  the oracle's ``bound``): the constant of the error bound of a length-``K`` sum,
-  ``C * sqrt(K) * u`` relative to the output's size (the probabilistic bound: rounding
-  errors of random sign add like a random walk; the worst case is ``K * u``); it is what a
-  candidate that sums in another order needs where the baseline happens to round far
-  less (torch's pairwise ``sum``, a float64 accumulator).
-  Both constants come from ``benchmarks/oracle_margins.py`` (results in
-  ``benchmarks/results/oracle_margins.txt``, 5 op families, K from 16 to 262144, N(0,1)
-  and U(0,1) inputs, 3 seeds): with ``F = 4, C = 2`` the worst honest variant (blocked,
-  split-K, reversed, library and thread-count variants, einsum, float64 accumulation,
-  log-sum-exp softmax, one- and two-pass norms) is at 0.62 of what the rule allows; it
-  needed ``C = 1.23`` at most, and no ``F`` at all once ``C = 2``.
-* ``u_acc``: the unit roundoff of the precision products are expected to be summed in:
-  float32 for float32, bfloat16 and float16 outputs (what every GPU library does for
-  the half types), float64 for float64. ``eps_out``: one unit in the last place of the
-  output's dtype (two honest candidates may round their last step to neighbouring
-  values).
-* ``K``: the reduction length (:func:`reduction_length`).
-* Where ``r`` is not finite, ``c`` must be the same (NaN, or the same infinity). Where
-  ``b`` is not finite but ``r`` is (the baseline overflowed), ``c`` may equal ``b``
-  there or be within ``allowed`` of ``r``. NaN in ``c`` where ``r`` is finite never
-  passes. Integer and bool outputs must be equal.
+* ``F`` (:data:`FACTOR`, the oracle's ``factor``) keeps the rule fair against an inaccurate
+  baseline; ``C`` (:data:`BOUND`, ``bound``) is the constant of the probabilistic error bound of
+  a length-``K`` sum, what a candidate summing in another order needs where the baseline rounds
+  far less. ``u_acc`` is the unit roundoff products are summed in (float32 for float32 and the
+  half types, float64 for float64); ``eps_out`` one unit in the last place of the output's
+  dtype; ``K`` the reduction length (:func:`reduction_length`).
+* Where ``r`` is not finite, ``c`` must match it; where only ``b`` overflowed, ``c`` may equal
+  ``b`` or be within ``allowed`` of ``r``; NaN in ``c`` where ``r`` is finite never passes.
+  Integer and bool outputs must be equal.
+* With no reference at all, the candidate is held against the baseline's output, ``err_b``
+  taken as 0 and the second term doubled, and the message says so.
 
-What it catches (same results file): a tf32, bf16 or fp16 downgrade behind an fp32
-signature on inputs whose terms cancel (N(0,1)): tf32 at 6.8 times the allowance for a
-matrix product with K = 65536, 26 at K = 4096, and more for shorter ones; bf16 and fp16
-further still; a bf16-rounded output of a softmax at 19 times; accumulation in bf16 or
-fp16 behind a half-precision output; any element wrong by more than the above.
-
-What it does not:
-
-* a downgrade whose error averages out: with inputs of one sign (U(0,1)) the input
-  rounding of a sum or product of K terms shrinks like 1/sqrt(K), and from K of a few
-  thousand it falls below what the rule allows a naive fp32 sum (tf32 at 0.12, bf16 at
-  0.10 of the allowance at K = 65536 and 262144). Such a downgrade is as accurate as an
-  honest naive sum there; no rule that admits the one can reject the other.
-* a naive sequential fp32 sum of many tiny terms next to large ones (a softmax's sum of
-  4096 or more exponentials of N(0,16) logits, one after another): the small terms are
-  lost against the large partial sum (stagnation, an error that grows like ``K * u``, not
-  ``sqrt(K) * u``), 1.8 times the allowance at K = 4096 and 4.2 at 65536. Such a
-  candidate is honest but numerically poor; a manifest that accepts it raises ``bound``.
-* an error in an element that is tiny next to ``max |r|`` (the bound is relative to the
-  output's largest magnitude: the weakness ``allclose``'s ``atol`` has too).
-
-The reference is the baseline called on its inputs upcast to float64
-(:class:`ReferenceLadder` for what happens when it cannot run that way). When no
-reference can be made, the candidate is held against the baseline's own output and
-both sides' errors are bounded by the second term (``err_b`` taken as 0, the second
-term doubled): the message says so.
+It catches a tf32, bf16 or fp16 downgrade behind an fp32 signature on inputs whose terms
+cancel, and accumulation in a half type. It cannot catch a downgrade whose error averages out
+(inputs of one sign at K in the thousands: as accurate there as an honest naive sum), nor an
+error in an element tiny next to ``max |r|``; it is unfair to a naive sequential sum of many
+tiny terms next to large ones (raise ``bound``). Why ``allclose`` is not the default, and the
+measured margins behind ``F = 4, C = 2``: docs/decisions.md.
 """
 
 from __future__ import annotations
@@ -80,7 +42,7 @@ from ..manifest.spec import reduction_terms
 from .chunks import flat_chunks, max_abs, max_abs_diff
 
 #: F: how many times the baseline's own error a candidate may make (measured margins:
-#: benchmarks/results/oracle_margins.txt).
+#: evidence/README.md).
 FACTOR = 4.0
 #: C: the constant of the sqrt(K) bound on a sum's error, relative to max |r| (measured: same file).
 BOUND = 2.0

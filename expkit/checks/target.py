@@ -50,7 +50,7 @@ def _in_hand(gpu_name: Optional[str]):
 
     Never read through ``torch.cuda`` here: the runner's process calls this, and CUDA
     initialised in it sends every later worker to the fork server (on the H100 the honest
-    GPU example's replicates did: benchmarks/results/h100-2026-11-25/gpu_tests_start_5d9a469.log)."""
+    GPU example's replicates did, in the GPU start tests)."""
     if not gpu_name:
         return None
     from ..manifest import catalog

@@ -366,7 +366,7 @@ def entry() -> NoReturn:
     """The ``expkit`` command's process: :func:`main`, then an end without the interpreter's
     teardown. A run's process has imported torch, scipy, pandas and matplotlib, and freeing
     their modules one by one at exit took about 1.3 s of each README first command on this
-    project's 2-core machine (``benchmarks/command_teardown.py``). By then every file the
+    project's 2-core machine (evidence/README.md). By then every file the
     command wrote is closed and every worker ended; the exit handlers (multiprocessing's,
     any a side's code registered in-process) still run, then the process ends."""
     import atexit

@@ -2,7 +2,7 @@
 
 Each :class:`Check` is one line: what was found, and, where something is missing or
 looks wrong, what that costs a run. Every cost names where it was measured (a file
-of ``benchmarks/``) or the code that decides it; a cost nobody has measured is stated
+the evidence index lists) or the code that decides it; a cost nobody has measured is stated
 as a consequence, without a number. The checks never fail the command: ``doctor``
 exits 0 and says what it saw (``--json`` for a machine).
 

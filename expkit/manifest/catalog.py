@@ -274,7 +274,7 @@ class DeviceProps:
 
 
 # DeviceProps field <- attribute of torch.cuda.get_device_properties(). Names checked against
-# torch 2.11.0+cu130 on an H100 (dir() of the object, 2026-11); each is read with getattr so
+# torch 2.11.0+cu130 on an H100 (dir() of the object); each is read with getattr so
 # that an older build that lacks one (torch 2.0 has no L2_cache_size) yields None, not an error.
 _TORCH_ATTRS = {
     "sm_count": "multi_processor_count",

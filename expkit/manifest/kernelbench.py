@@ -1,55 +1,25 @@
 """KernelBench-style problem files as expkit claims.
 
-KernelBench (ScalingIntelligence/KernelBench) states a problem as one Python file
-defining ``Model`` (an ``nn.Module``), ``get_inputs()`` (the forward arguments) and
-``get_init_inputs()`` (the constructor arguments); a solution is a file defining
-``ModelNew`` with the same constructor and forward. A manifest names such a pair::
+A KernelBench problem is one Python file defining ``Model``, ``get_inputs()`` and
+``get_init_inputs()``; a solution defines ``ModelNew`` with the same constructor and forward.
+A manifest names such a pair (``kernelbench: {problem: 19_ReLU.py, solution: 19_ReLU_new.py,
+precision: fp32}``) and this module turns it into the runner's three callables:
 
-    kernelbench: {problem: 19_ReLU.py, solution: 19_ReLU_new.py, precision: fp32}
-    claim: {speedup: 1.0}
-    cases: [{name: default}]
+* **baseline** ``Model(*get_init_inputs())`` and **candidate** ``ModelNew(...)``, each built on
+  its first call (a constructor that fails is a failed candidate, not a usage error), both under
+  the same torch seed (``kernelbench.seed``, 42), moved to the device, cast to ``precision`` and
+  called under ``torch.no_grad()``;
+* **inputs** ``get_inputs()`` under a seed drawn from the preflight's per-trial generator,
+  inside ``torch.random.fork_rng`` and with the manifest's device as torch's default device:
+  fresh inputs each trial; floating tensors cast to ``precision``, integer tensors kept;
+* **oracle** ``allclose`` with KernelBench's tolerance (1e-4 fp32, 1e-2 fp16 and bf16) where
+  the manifest's allclose oracle states none.
 
-and this module turns it into the three callables the runner needs:
-
-* **baseline** ``Model(*get_init_inputs())`` and **candidate** ``ModelNew(*get_init_inputs())``,
-  each built on its first call (so a ``ModelNew`` whose constructor fails, e.g. an
-  inline extension that does not compile, is a failed candidate, not a usage error).
-  Both are built under the same torch seed (``kernelbench.seed``, 42 by default,
-  KernelBench's own), with ``get_init_inputs()`` called under that seed too, so a
-  ``ModelNew`` that creates the same parameters in the same order gets the same
-  values -- this is how KernelBench matches weights, and its limit: a solution
-  that creates its parameters in another order gets other values and fails the
-  oracle, as it would in KernelBench. Both are moved to the manifest's device and
-  cast to ``precision``; forward calls run under ``torch.no_grad()``.
-* **inputs** ``get_inputs()`` called under a seed drawn from the preflight's
-  per-trial generator, inside ``torch.random.fork_rng`` so the global RNG is left
-  as it was, with the manifest's device as torch's default device (set by
-  ``preflight.build_inputs``): ``torch.rand(...)`` then draws on the GPU, from the
-  device's own generator under that seed. Each preflight trial therefore gets fresh
-  inputs, where KernelBench uses seed 42 for the first trial. Floating tensors are
-  cast to ``precision``; integer tensors (indices, labels) keep their dtype --
-  KernelBench casts every tensor, which would turn an index tensor into floats.
-* **oracle** ``allclose`` with KernelBench's tolerance as both ``rtol`` and
-  ``atol``: 1e-4 for fp32, 1e-2 for fp16 and bf16 (``get_tolerance_for_precision``
-  in KernelBench's ``src/kernelbench/eval.py``), filled in by the manifest when
-  its allclose oracle states no tolerance.
-
-expkit's own defences apply on top, unchanged: NaN-poisoned allocations, input
-hashing, storage-aliasing checks, null-candidate calibration of the tolerance,
-several trials with fresh inputs, the profiler identity check (``expect:``; by
-default a candidate that runs the baseline's own ops is invalid -- list ops it
-may legitimately reuse under ``expect.allow``), interleaved timing and a verdict
-with an interval. Case ``params`` override the problem module's globals while
-``get_inputs()`` runs, so ``kernelbench.free: [batch_size]`` with
-``params: {batch_size: 16}`` also runs the awkward sizes of the preflight.
-
-A problem file that does not import, or lacks ``Model``/``get_inputs``/
-``get_init_inputs``, is a manifest error (exit 2): the reference is broken, not the
-claim. A solution that does not import or lacks ``ModelNew`` fails as a candidate.
-
-``expkit import kernelbench DIR`` writes one manifest per problem/solution pair
-found in ``DIR`` (:mod:`expkit.suites.kernelbench`, which also says how files are
-paired).
+expkit's own defences apply on top, unchanged. Case ``params`` override the problem module's
+globals while ``get_inputs()`` runs, so ``kernelbench.free: [batch_size]`` also runs the
+preflight's awkward sizes. A problem file that does not import or lacks its names is a manifest
+error (exit 2); a solution that does not import or lacks ``ModelNew`` fails as a candidate.
+``expkit import kernelbench DIR`` writes one manifest per pair (:mod:`expkit.suites.kernelbench`).
 """
 
 from __future__ import annotations

@@ -165,9 +165,9 @@ def _price(path: Path, where: str, provider: str, gpu: str, row: Any) -> Price:
         try:
             as_of = dt.date.fromisoformat(as_of)
         except ValueError:
-            raise PriceError(f"{path}: {where}.as_of: expected a date such as 2026-05-07, got {as_of!r}") from None
+            raise PriceError(f"{path}: {where}.as_of: expected a date written YYYY-MM-DD, got {as_of!r}") from None
     if not isinstance(as_of, dt.date):
-        raise PriceError(f"{path}: {where}.as_of: expected a date such as 2026-05-07, got {as_of!r}")
+        raise PriceError(f"{path}: {where}.as_of: expected a date written YYYY-MM-DD, got {as_of!r}")
     try:
         return Price(provider=provider, gpu=gpu, usd_per_hour=float(value), source=str(row["source"]),
                      as_of=as_of, note=str(row.get("note") or ""))

@@ -114,7 +114,7 @@ class DefenceSettings:
     """Defences against faked and fooled speedups (``expkit/bench/``, ``docs/threat-model.md``).
 
     ``enabled=false`` is the undefended harness, kept only to measure what the defences
-    cost (``benchmarks/defence_overhead.py``); never judge a claim with it. ``isolate``:
+    cost (evidence/README.md); never judge a claim with it. ``isolate``:
     baseline and candidate run in a worker process that reports over a private,
     authenticated channel. ``fresh``: how each timed call's inputs are made new
     (``salt``: one element of one floating input rewritten at a secret position;

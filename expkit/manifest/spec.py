@@ -444,7 +444,7 @@ def load(path: str | Path) -> LoadedManifest:
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ManifestError(path, "", f"malformed YAML: {where}{problem}", "fix the YAML syntax") from None
     if raw is None:
-        raise ManifestError(path, "", "the file is empty", "see the manifest reference in the README")
+        raise ManifestError(path, "", "the file is empty", "see the manifest reference, docs/manifest.md")
     try:
         manifest = build(Manifest, raw)
     except SchemaError as e:

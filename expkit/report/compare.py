@@ -1,61 +1,28 @@
 """Compare two runs or sessions case by case: what got slower, what got faster, what cannot tell.
 
-``A`` and ``B`` are each a run folder, a session folder, or a folder of run folders (read
-with :func:`expkit.report.session.load_session`). Runs are matched by manifest name (``name`` in
-``result.json``); two single runs are matched whatever their names (before/after a rename,
-or the same claim on two GPUs). Cases are matched by name. Every row of either side is kept,
-and each gets exactly one mark per metric, as asv's ``compare`` does:
+``A`` and ``B`` are each a run folder, a session folder, or a folder of run folders. Runs are
+matched by manifest name (two single runs whatever their names), cases by name. Every row of
+either side is kept, with exactly one mark per metric, as asv's ``compare`` does: ``+`` worse
+in B, significant and by more than ``min_effect``; ``-`` better likewise; ``~`` moved by more
+than ``min_effect`` but the samples cannot tell; ``=`` no change beyond ``min_effect`` found
+(not proof of none); ``!`` newly invalid; ``x`` cannot be compared (the note says why).
 
-====  ==============================================================================
-mark  meaning
-====  ==============================================================================
-``+`` worse in B (slower candidate, or lower speedup), significant, and by more than
-      ``min_effect``: a regression
-``-`` better in B, significant, and by more than ``min_effect``
-``~`` moved by more than ``min_effect``, but the interval includes no change: these
-      samples cannot tell
-``=`` no change beyond ``min_effect`` was found (which is not proof of none)
-``!`` measured in A, invalid in B: a correctness or identity check now fails
-``x`` cannot be compared: the row is missing on one side, a run is unfinished or
-      invalid, or samples are missing; the note says which
-====  ==============================================================================
+* **Candidate time**: one side's samples in A against B, the Mann-Whitney U test
+  (``scipy.stats.mannwhitneyu``, two-sided, as asv's ``is_different``); significant below
+  ``1 - confidence`` with the samples leaning the way the medians moved. Too few samples stay
+  ``~``, never significant.
+* **Speedup**: a ratio of two sides within each run, so no rank test applies; significant when
+  the percentile-bootstrap interval of its change excludes 1.
 
-Statistics. For each matched case the stored samples (those telemetry did not flag) are
-resampled with replacement, and two ratios are computed on each resample: the candidate's
-time, ``median(cand_B) / median(cand_A)``, and the speedup, ``(median(base_B) /
-median(cand_B)) / (median(base_A) / median(cand_A))``. The central ``confidence`` quantiles
-of the resampled ratios give a percentile-bootstrap interval, shown for both.
+The guarantee is one-sided: if the assumptions hold, a ``+`` or ``-`` is wrong about the
+direction with probability at most ``(1 - confidence) / 2``; ``=`` and ``~`` promise nothing, and
+an untestable row is ``x``, never ``+``. Both tests see only the noise within each run and treat
+samples as independent, so a mark also needs ``min_effect``: a clear 1% shift between two runs on
+a shared machine is as likely the machine as the code. The speedup is steadier for before/after
+on one machine (the baseline absorbs drift); the candidate time is the one to read across GPUs.
 
-Which test decides *significant* depends on the question. The candidate's time is one
-side's samples in A against the same side's in B: two independent samples, the question
-the Mann-Whitney U test answers (``scipy.stats.mannwhitneyu``, two-sided, as asv's
-``is_different`` uses it), with no assumption on the shape of the timing distribution.
-A time change is significant when its p-value is below ``1 - confidence`` and the samples
-lean the way the medians moved (``U / (n_A n_B)``, the chance that a B sample is the
-slower, on the same side of 1/2). With too few samples the test cannot reach that level
-(five a side at most p = 0.008), and the row stays ``~``: could not tell, never
-significant. The speedup is a ratio of two sides within each run, not a sample of its
-own, so no rank test applies to it; its change is significant when the bootstrap interval
-excludes 1. Either mark is ``+``/``-`` only when the point estimate also moves by more
-than ``min_effect``.
-
-The guarantee is one-sided, and only that. If the test's assumptions hold, a row
-marked ``+`` (or ``-``) is wrong about the direction of the change with probability at
-most ``(1 - confidence) / 2``. Nothing holds the other way: a ``=`` or ``~`` row means the
-samples could not show a change, not that there was none, and a row that could not be
-tested at all is marked ``x``, never ``+``. The assumptions are weaker than they look: the
-bootstrap and the rank test treat samples as independent (samples taken close together
-are correlated, and samples from one process share that process's offset, so both are
-somewhat too ready to call a change), and they see only the noise *within* each run; what differs
-*between* runs (machine, clocks, temperature, neighbours) is not in it. That is why a mark
-also needs ``min_effect``: a statistically clear 1% shift between two runs on a shared
-machine is as likely to be the machine as the code. The speedup ratio is steadier than the
-time ratio for before/after comparisons on one machine, because the baseline ran in the
-same rounds as the candidate and absorbs drift; the time ratio is the one to read when
-comparing two GPUs.
-
-Exit code of ``expkit compare``: 1 where any row is ``+`` or ``!`` in the gating metric
-(``gate``: ``time``, ``speedup`` or ``either``), else 0; 2 for a usage error.
+``expkit compare`` exits 1 where any row is ``+`` or ``!`` in the gated metric (``gate``:
+``time``, ``speedup`` or ``either``), else 0; 2 for a usage error.
 """
 
 from __future__ import annotations

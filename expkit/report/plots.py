@@ -6,7 +6,7 @@
   and the statistics left out are drawn as crosses, so the reader sees what was dropped.
 * ``speedup.png``: per case, the measured speedup with its interval, against the claim
   (a diamond), the claim's bar (claim less tolerance, a tick) and 1× (a vertical line):
-  the verdict rule of DESIGN.md section 4, drawn.
+  the verdict rule (docs/decisions.md), drawn.
 
 Both are deterministic for the same stored files (the horizontal jitter of the points
 comes from a fixed seed), so a re-rendered report shows the same pictures. Nothing here

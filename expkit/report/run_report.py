@@ -8,7 +8,7 @@ against the measurement case by case (with the figures), the evidence behind the
 what it cost and what the speedup is worth, how close to the device's peak it ran, what
 the clocks did, and where every input came from.
 
-Words follow the evidence (DESIGN.md section 4, ``verdict/wording.py``): "demonstrated" only with
+Words follow the evidence (docs/decisions.md, ``verdict/wording.py``): "demonstrated" only with
 an interval behind it, "asserted" for a figure nobody measured here, and never "faster" or
 "saves" where the interval includes 1.
 """

@@ -32,7 +32,7 @@ Two ways to start a worker (``launcher.start``):
     Python's ``multiprocessing`` fork server, started once per suite with torch and
     expkit already imported; each worker is a fork of it. Starting and ending a
     worker costs 0.06 s this way against 2.2 s for a fresh interpreter
-    (``benchmarks/suite_overhead.py`` on a 2-core VM), and every worker starts from the same
+    (on a 2-core VM; evidence/README.md), and every worker starts from the same
     pristine state (never from a previous manifest's). The server imports but never
     touches CUDA, so forking it is safe and each child can still choose its GPU
     through ``CUDA_VISIBLE_DEVICES``.

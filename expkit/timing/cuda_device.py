@@ -54,8 +54,8 @@ class TorchCudaDevice:
         # block of its own: on an H100 each side of a 6 GiB elementwise case reserved
         # 18 GiB while timed, where at most 12 were allocated (result.json's
         # memory.measured), and an 18 GiB case ran out of memory while timed. With the
-        # buffer made here, that case runs to a verdict on the H100 (516ff39,
-        # tests/gpu/test_gpu_memory.py, which holds the figures).
+        # buffer made here, that case runs to a verdict on the H100
+        # (tests/gpu/test_gpu_memory.py, which holds the figures).
         n = max(1, int(flush_factor * self.l2_bytes) // 4)
         self._buf: Any = torch.zeros(n, dtype=torch.float32, device=f"cuda:{self.index}")
         self._out: Any = torch.empty((), dtype=torch.float32, device=f"cuda:{self.index}")

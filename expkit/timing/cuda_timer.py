@@ -1,110 +1,29 @@
 """CUDA-event timer: seconds per call of a GPU op, cold or warm, that launch gaps and side streams cannot fool.
 
-:class:`CudaTimer` implements :class:`expkit.timing.Timer`. ``fn()`` performs one call
-of the op under test on the next prepared input set (the measurement loop rotates the
-inputs; the timer never sees them). ``sample(fn, number)`` returns the mean seconds
-per call over a block of ``number`` calls.
+:class:`CudaTimer` implements :class:`expkit.timing.Timer`: ``sample(fn, number)`` returns the
+mean seconds per call over a block of ``number`` calls of ``fn`` (one call of the op on the
+next prepared input set; the timer never sees the inputs). What it guarantees:
 
-How a block is timed
---------------------
-1. **Hold the stream.** A blocking kernel (``torch.cuda._sleep``: one thread spinning
-   on the SM cycle counter for a given number of cycles) is queued first on the
-   harness stream (the current stream), then all the block's work is queued behind
-   it. While the host is still queuing, the GPU is busy spinning, so when the hold
-   ends the calls run back to back and the events see GPU time, not the host's launch
-   rate. This is nvbench's blocking-kernel idea. We chose a timed spin over nvbench's
-   kernel that spins on a host-mapped flag because ``_sleep`` ships with PyTorch (no
-   compiled extension) and cannot deadlock: a flag kernel waits forever when the
-   launch queue fills before the host gets to release it. The price is that the spin
-   must be sized: the timer predicts the host's queuing time from the previous block
-   (x ``hold_margin``), converts seconds to cycles with the SM clock *measured from
-   the previous holds* (events around the spin), and **checks that it worked**: an
-   event recorded right after the spin is queried once everything is queued; if it
-   has already completed, the GPU drained the queue before the host finished and
-   launch gaps may be in the numbers, so the block is thrown away and re-run with a
-   hold sized from what was just observed. A block too long for the launch queue
-   (the host stalls inside a launch until the spin ends) fails twice and is then
-   split into halves (a single call that fails twice fills the queue alone: later blocks
-   take the floor hold). ``last_block.hold_ok`` records the outcome. A shorter *lead*
-   spin goes before the hold's opening event, so the hold is on the GPU when that event
-   is reached and the events time the hold alone (see ``_run_held``).
-2. **Cold** (``cold=True``, the default for claims): before each call the L2 cache is
-   flushed by touching a buffer of ``flush_factor`` x L2 bytes
-   (``torch.cuda.get_device_properties(i).L2_cache_size``), then one event pair is
-   recorded around the call alone, so the flush's own time is excluded. ``flush``
-   picks how. ``"read"`` (default: a max-reduction over the buffer, one scalar
-   written) leaves the L2 full of clean lines, the state Nsight Compute's
-   ``--cache-control all`` produces. ``"write"`` (``zero_()``, like nvbench's memset)
-   leaves it full of dirty lines whose write-back the op then pays for: on an H200 it
-   made an fp32 sum of 2^24 elements 23% slower than the read flush and 41% slower
-   than ncu's cold time (benchmarks/README.md). The per-call times of the last block
-   are kept in ``last_call_times``.
-   **Warm** (``cold=False``): the calls run back to back with one event pair around
-   the block; ``last_call_times`` is then empty (no per-call events exist).
-3. **Device-wide synchronisation.** The host waits with ``torch.cuda.synchronize()``
-   (all streams of the device) before any event is read. Events on the harness stream
-   cannot see work that ``fn`` pushed to another stream without joining it; what
-   they *can* do is be compared with the host's wall time of the whole block, which
-   does include it: the host reads ``perf_counter`` before queuing the hold and after
-   the device-wide sync returns. That envelope exceeds the event span (hold start to
-   last event) only by the launch and sync latencies, unless some work outlived the
-   harness stream. When it exceeds the span by more than
-   ``max(foreign_abs_s, foreign_rel * span)``, the block is marked
-   ``last_block.foreign_work`` and the sample falls back to the envelope divided by
-   the number of calls: host wall time, the upper bound ``torch.utils.benchmark``
-   measures, which no stream trick can shorten.
-   The limit of this check: side-stream work that finishes *before* the harness
-   stream's last event (for instance short work hidden under the hold or under the
-   flushes) is not visible in any timing; only a profiler trace shows it (the
-   preflight's check that every kernel ran on the harness stream).
+* **No launch gaps.** A timed spin (``torch.cuda._sleep``) holds the harness stream while the
+  block is queued, so the calls run back to back; the timer checks that the hold outlasted the
+  queuing (an event after the spin must still be pending) and re-runs, then splits, a block
+  where it did not. ``last_block.hold_ok`` records the outcome.
+* **Cold by default.** With ``cold=True`` the L2 is flushed before each call (``flush="read"``,
+  the state Nsight Compute's ``--cache-control all`` leaves) and one event pair times the call
+  alone; ``cold=False`` times the block back to back with one event pair.
+* **No hidden side-stream work.** The host waits on a device-wide synchronise; where its wall
+  time of the block exceeds the event span by more than ``max(foreign_abs_s, foreign_rel *
+  span)`` the block is marked ``foreign_work`` and the sample is the host envelope per call.
+  Side work that ends before the harness stream's last event is invisible here: the
+  preflight's same-stream check covers it.
+* **Kernel time** with a ``recorder`` (:mod:`.kernel_time`): each call's span in the GPU's own
+  record, the event figure kept beside it in ``last_timing.call_seconds``; a block falls back
+  to the events (``unrecorded``, ``clock-mismatch``) or the envelope (``foreign``) and says so.
 
-4. **Kernel time** (with a ``recorder``, :mod:`.kernel_time`): every launch is made
-   under a tag the recorder stamps on its GPU records -- the hold, the harness's own
-   work inside the flush (and the bench's per-call hook with it), each call -- and
-   ``sample`` returns each call's span on the GPU, first record's start to last
-   record's end, from the GPU's own timestamps (gaps inside a call count, the launch
-   latency before it does not; harness work is excluded by its tag, never by a
-   kernel's name). The CUDA-event figure above is kept beside it in
-   ``last_timing.call_seconds``. Cold and warm alike: warm blocks have per-call kernel
-   spans too. A block falls back, and says so in ``last_timing``: to the events when
-   a call has no record (``unrecorded``) or the recorder's clock disagrees with the
-   hold's events even after it measured its ticks again and, where the holds last a
-   millisecond or more, took them from the holds (``clock-mismatch``; ticks that agree
-   are kept for the next block); to the
-   host envelope when records of no call and no harness launch ran inside a chunk's
-   window (``foreign``) or the envelope check above fires. Records of a call on
-   another stream or device are included and flagged (``other-stream``,
-   ``other-device``), and so are those another thread launched while the call ran
-   (``other-thread``: autograd's backward, for one). A recorder that fails to record
-   its own holds in three blocks running is dropped, and ``info`` says why.
-
-Why no CUDA graph
------------------
-Replaying a captured graph would hide launch gaps too, but runs none of ``fn``'s Python
-(the input rotation would not advance, host-side work and checks would vanish) and cannot
-capture ops that synchronise; the hold gives the same back-to-back execution with ``fn``
-really called every time.
-
-Measured bias (H200, torch 2.11, 2026-11-21; benchmarks/README.md)
------------------------------------------------------------------
-Against CUPTI's kernel durations of the very same calls, the events add a fixed cost
-per call: +0.9 to +1.1 us warm (the gap between back-to-back kernels) and +3.2 to
-+3.6 us cold (an event pair straight after the flush kernel reads 1.5 us apart with
-nothing between them, and the op's launch inside the pair adds the rest). The ratio to CUPTI
-is therefore 0.99-1.01 for kernels of 350 us and more, 1.015-1.03 at 90-180 us, and
-1.5 cold / 1.18 warm at 6 us. A constant added to both sides pulls a measured
-speedup towards 1: for kernels under ~100 us a claim is judged conservatively.
-Nothing is subtracted: no correction was validated (see the README's next steps).
-
-Defaults and why: ``max_calls_per_hold`` 64 cold (4 queued commands a call) and 256
-warm, because the host stalled inside a launch once 1024 tiny kernels were queued
-behind a spin, but not at 512. ``foreign_abs_s`` 250 us, because honest blocks showed
-16-41 us between the host envelope and the event span (median about 17 us) over
-every op of the fidelity ladder.
-
-With a recorder the bias above is gone from the returned figure (CUPTI's own kernel duration,
-the bias's reference); the events keep it, and ``last_timing.call_seconds`` shows it. Nothing
-here imports torch at import time; :meth:`CudaTimer.available` says whether it can run.
+CUDA events add a fixed cost per call (about 1 us warm, 3-4 us cold), which pulls a small
+kernel's speedup towards 1: judged conservatively, nothing subtracted. Why a timed spin and no
+CUDA graph, and the defaults' reasons: docs/decisions.md. Nothing here imports torch at import
+time; :meth:`CudaTimer.available` says whether it can run.
 """
 
 from __future__ import annotations
@@ -124,7 +43,7 @@ __all__ = ["CudaTimer", "BlockReport", "split_calls", "Device", "Event", "TorchC
 class CudaTimer:
     """CUDA-event timer with a held stream, optional L2 flush and a device-wide sync guard.
 
-    Parameters (defaults were checked on the device, see benchmarks/README.md):
+    Parameters (defaults were checked on the device; docs/decisions.md says why):
 
     * ``cold``: flush L2 before every call and time each call alone (default), or time
       a warm back-to-back block.
@@ -255,7 +174,7 @@ class CudaTimer:
         # events then time the hold alone. Without it, the launch (76-97 us from the
         # previous kernel's end to the hold's start with CUPTI recording, on an H100) sat
         # between the two, the hold's events read long, and the clock and the ticks taken
-        # from them read 15-30% slow (scripts/debug_hold.py, 2026-11-23). The lead grows
+        # from them read 15-30% slow. The lead grows
         # from what the host saw (here) and, with a recorder, from the gap the records
         # show (``_learn_lead``).
         t0 = clock()
@@ -464,7 +383,7 @@ class CudaTimer:
         # call, or foreign), so the record decides. The host's slack then measures the
         # recorder's own overhead on the host, not foreign work (on an H100, a 3.5 us add
         # whose record held nothing but its own and the harness's kernels showed a 0.49 ms
-        # envelope a call: scripts/debug_kernel_records.py), and falling back to the
+        # envelope a call), and falling back to the
         # envelope would time that overhead instead of the op.
         if foreign and kernel_total is None and FOREIGN not in flags:
             flags.append(FOREIGN)

@@ -1,60 +1,27 @@
 """The GPU's own record of each call: CUPTI activity records through ``cupti-python``.
 
-:class:`CuptiRecorder` implements :class:`~.kernel_time.Recorder` with NVIDIA's
-official Python bindings (``pip install 'expkit[gpu]'``, which pulls
-``cupti-python``). It is optional: without it :func:`open_recorder` raises
-:class:`~.kernel_time.RecorderUnavailable` with the reason, and the timer falls back
-to CUDA events and says so in the result.
+:class:`CuptiRecorder` implements :class:`~.kernel_time.Recorder` with NVIDIA's official Python
+bindings (``pip install 'expkit[gpu]'``). It is optional: without it :func:`open_recorder`
+raises :class:`~.kernel_time.RecorderUnavailable` with the reason, and the timer falls back to
+CUDA events and says so in the result.
 
-What it enables, and why
-------------------------
-* ``CONCURRENT_KERNEL``, ``MEMCPY``, ``MEMSET``: the records of GPU work, each with
-  its start and end on the GPU, stream, device and the correlation id of its launch;
-* ``EXTERNAL_CORRELATION``: one record per API call made while a tag of ours is
-  pushed, mapping its correlation id to our external id;
-* ``RUNTIME`` and ``DRIVER``: without them CUPTI emitted no external correlation
-  records at all (measured on an H100, driver 580.159.04, cupti-python 13.4.0:
-  ``scripts/probe_kernel_time.py``; with them every call of 64 was attributed). Only
-  each API call's start on the host is read: it places a launch another thread made
-  (autograd's backward) among the API calls of the call that was running.
+* It enables the records of GPU work (``CONCURRENT_KERNEL``, ``MEMCPY``, ``MEMSET``), the
+  external correlation of our tags, and ``RUNTIME`` and ``DRIVER`` (without which CUPTI
+  emitted no external correlation records); of API calls it reads only the host start, to place
+  a launch another thread made among the calls.
+* External ids are ``base + tag`` with a random 32-bit ``base``, on kind ``CUSTOM2`` (Kineto uses
+  ``CUSTOM0`` and ``CUSTOM1``), so an id another tool pushed never passes for ours.
+* By default collection is on between :meth:`~CuptiRecorder.start` and
+  :meth:`~CuptiRecorder.stop` (one timed block), so nothing is collected while torch.profiler
+  or the bench's checks run. With ``keep_enabled`` the kinds stay on until
+  :meth:`~CuptiRecorder.close` (enabling them anew costs host time every block); what runs
+  between blocks then arrives untagged, outside every chunk's window on the harness stream, and
+  foreign on another stream, as it should be. A flush with no record at all makes the next
+  ``start`` enable the kinds again.
+* Ticks: :meth:`~CuptiRecorder.recalibrate` reads CUPTI's clock against ``perf_counter_ns`` and
+  snaps to 1 ns a tick when within 0.2% of it; else it keeps the measured rate.
 
-External ids are ``base + tag`` with a random 32-bit ``base`` per recorder, pushed
-on the external-correlation kind ``CUSTOM2``: Kineto (torch.profiler) uses ``CUSTOM0``
-and ``CUSTOM1``, and an id another tool pushed can then never pass for one of ours.
-
-By default collection is on only between :meth:`~CuptiRecorder.start` and
-:meth:`~CuptiRecorder.stop` (one timed block): ``start`` registers the buffer
-callbacks again (torch.profiler registers its own while it runs) and enables the
-kinds; ``stop`` flushes (every buffer is handed to :meth:`_completed`, which copies
-the few fields it needs out of each record: the buffer is reused afterwards) and
-disables them, so nothing is collected while the preflight profiles with
-torch.profiler or the bench does its checks between blocks.
-
-With ``keep_enabled`` (the bench's timers, which close theirs when a case is done)
-``stop`` flushes and leaves the kinds enabled until :meth:`~CuptiRecorder.close`: the
-first CUDA call after the kinds are enabled cost 0.4-1.05 ms of host time on H200s,
-every block, in a worker and in one process, and a worker whose kinds were enabled anew
-each block spent 2-2.9 ms a block more than one whose kinds stayed enabled, where the
-same sides in one process spent 0-1 ms more
-(``benchmarks/results/gpu_block_cost/kinds-on/``). What runs between blocks is then
-recorded too and arrives with the next block's records, under no tag of that block:
-on the harness's stream it ends before the block's lead spin starts, outside every
-chunk's window, and is neither a call's record nor foreign; on another stream, still
-running once a chunk's window opens, it is foreign, as it should be (:mod:`.kernel_time`).
-A flush that brings no record at all (something else disabled
-the kinds: torch.profiler does when it stops) makes the next ``start`` enable them
-again.
-
-Measured cost (H100, scripts/probe_kernel_time.py, blocks of 64 calls): the forced
-flush with this module's kind of parsing took 2-3.5 ms a block and queuing a call
-rose from 18-25 us to 20-34 us on the host; the kernels' own durations did not move
-(CUDA-event medians 46.85 vs 46.59 us and 208.29 vs 208.32 us with collection on and
-off). ``benchmarks/timing_fidelity.py`` measures it again per block.
-
-Ticks: :meth:`~CuptiRecorder.recalibrate` reads ``cupti.get_timestamp()`` (CUPTI's
-clock, in the records' ticks) against ``time.perf_counter_ns`` over ``calibrate_s``
-and snaps to exactly 1 ns per tick when within 0.2% of it (CUPTI's default on Linux);
-otherwise it keeps the measured rate (see :mod:`.kernel_time`).
+What collection costs a block: docs/decisions.md and the evidence index.
 """
 
 from __future__ import annotations
@@ -277,7 +244,7 @@ class CuptiRecorder:
         between blocks must be closed once its blocks are done); a later ``start`` enables
         them again. The flush matters: a buffer of records made since the last block, left
         in CUPTI, went to the next tool to register (torch.profiler in the next run's
-        preflight, which then saw no kernel at all: H200, 2026-11-26)."""
+        preflight, which then saw no kernel at all, on an H200)."""
         if self._collecting:
             self.stop()
         if _ENABLED_IN[0] == os.getpid():

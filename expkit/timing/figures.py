@@ -12,8 +12,8 @@ call lies outside its kernels, and the speedup in both figures. Why a quarter: w
 the stream held, what separates a call's events from its kernels is the event pair's
 own cost, the launch latency before the first kernel and any gap the GPU waits in
 inside the call. For ops under ~100 us on an H200 the events read +3.2 to +3.6 us a
-call above CUPTI's kernel durations cold and +0.9 to +1.1 us warm (``benchmarks/README.md``,
-``benchmarks/results/timing_fidelity_events_h200.md``). A quarter of the call is then
+call above CUPTI's kernel durations cold and +0.9 to +1.1 us warm (docs/decisions.md,
+"CUDA events' bias"). A quarter of the call is then
 crossed by kernels shorter than about 11 us cold (3.6 / (10.8 + 3.6)), or by a call
 whose GPU idles inside it; there the speedup a caller sees differs from the kernel's
 by more than the claim's default tolerance -- a 1.5x kernel speedup of a 10 us

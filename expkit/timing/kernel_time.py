@@ -1,67 +1,28 @@
 """Kernel time: each call's span on the GPU, from the GPU's own activity records.
 
 The seam between the CUDA timer and a recorder of GPU activity (CUPTI in
-:mod:`.cupti_recorder`; recorded fixtures in the tests), and the span logic over what
-it records. Nothing here imports torch or CUPTI.
+:mod:`.cupti_recorder`; recorded fixtures in the tests), and the span logic over what it
+records. Nothing here imports torch or CUPTI. What it guarantees:
 
-How calls are told apart
-------------------------
-Every host call that can launch GPU work is made with a *tag* pushed on the
-recorder (CUPTI's external correlation: an id pushed on a per-thread stack is stamped
-on every API call the thread makes until it is popped, and each kernel, copy or set
-carries the correlation id of the API call that launched it). The timer pushes, per
-chunk of calls under one hold (:class:`ChunkTags`):
+* **Harness work is excluded by correlation, never by kernel name.** Every host call that can
+  launch GPU work runs under a tag pushed on the recorder (CUPTI's external correlation):
+  ``hold`` for the spin, ``harness`` for the flush and the bench's per-call hook,
+  ``first_call + i`` for call ``i`` (:class:`ChunkTags`). A candidate kernel named like the
+  harness's is still the candidate's.
+* **A call's span** runs from its first record's start to its last record's end, on any stream
+  or device (flagged ``other-stream``, ``other-device``): a side stream can lengthen a span,
+  never shorten it. A record another thread launched while the call was on the host's stack
+  (autograd's backward) is the call's (``other-thread``). A call with no record has no kernel
+  time (``unrecorded``), never a time of zero.
+* **Foreign work voids the block.** An untagged record inside a chunk's window on the GPU may
+  have shared the GPU with the calls: the timer then falls back to the host's wall time.
+* **Clock.** Timestamps arrive in the recorder's ticks, measured against the host clock
+  (Kineto may leave a callback that changes them); the hold's recorded duration is
+  cross-checked with its CUDA events (:func:`hold_agrees`), measured again on disagreement,
+  and else taken from the holds (:func:`block_kernel_time`).
 
-* ``hold`` around the spin that holds the stream (its record dates the chunk and
-  checks the recorder's clock against the CUDA events);
-* ``harness`` around its own per-call work: the L2 flush, and the bench's hook
-  inside it (NaN poison, input salt, the recheck's copy);
-* ``first_call + i`` around call ``i``.
-
-So harness work is excluded **by correlation, never by kernel name**: a candidate
-whose kernel is called ``spin_kernel`` is still its own. A record whose launch was
-made under no tag of this block -- another thread's launches (the stack is per
-thread), work queued before the block, an id someone else pushed inside a call -- is
-*foreign* if it ran inside a chunk's window on the GPU (from its hold's start to the
-next chunk's hold, or to the end of the recording for the last chunk): it may have
-shared the GPU with the calls, and the block is not trusted (the timer then falls
-back to the host's wall time, as it does for foreign work the events reveal).
-
-One exception: a launch made by another thread *while a call was on the host's
-stack*. Autograd's backward runs on a worker thread per device, so every training
-step launches most of its kernels under no tag. An untagged record whose launching
-API call started between two API calls made under the same call's tag (the timer
-records the call's closing event under its tag, so a call's own API calls bracket
-it), or between a call and the next call of the same chunk (warm blocks, where nothing
-of the harness runs in between), was launched while that call ran: it is that call's
-record, and the call is flagged ``other-thread``. Such a record can only lengthen a
-call's span. "Between" is by the API calls' start on the host, CUPTI's one clock for
-every thread; where the recorder read no API times it falls back to the order of
-CUPTI's correlation ids, which count up as calls are made (observed, not documented).
-
-The span of one call
---------------------
-From the start of its first record to the end of its last, whatever stream or device
-they ran on: gaps between a call's kernels count (they are time the caller waits),
-the launch latency before its first kernel does not (nothing of the call ran yet).
-Records on another stream or device than the hold's are included and flagged
-(``other-stream``, ``other-device``): a side stream can lengthen a call's span, never
-shorten it. A call with no record at all, or only records without timestamps, has
-no kernel time (``unrecorded``): that is not a measurement of zero, and the timer
-falls back to the call's event time for that block.
-
-Timestamps arrive in the recorder's ticks. CUPTI's default tick is a nanosecond,
-but a process that has run torch.profiler may have a timestamp callback of Kineto's
-left registered (Kineto registers one returning the CPU's time-stamp counter), so the
-recorder measures ``ticks_per_second`` against the host clock and :func:`attribute`
-divides by it; the timer cross-checks the hold's recorded duration with its CUDA
-events (:func:`hold_agrees`) and, when they disagree, measures again, then falls back
-to the ticks the holds themselves imply (:func:`block_kernel_time`).
-
-Approximations: a span covers the call's own records only; GPU time the call causes
-without launching it (an L2 write-back of the harness's flush that its first kernel
-pays for) is in the span, like in the call's event time; a call that defers work to
-code the harness runs (a finaliser) would see that work counted as the harness's.
+Approximations: GPU time a call causes without launching it (an L2 write-back of the flush)
+is in its span; work a call defers to code the harness runs counts as the harness's.
 """
 
 from __future__ import annotations
@@ -329,9 +290,8 @@ def hold_agrees(recorded_s: Optional[float], event_s: float, rel: float = 0.02, 
     The events around the hold add their own latency (about 1-3 us on an H100 /
     H200: ``cuda_timer``'s measured bias), so the check allows ``abs_s`` on top of
     ``rel``. Ticks misread fail it by far: after torch.profiler had run in the process,
-    CUPTI's spans of the same ops came out 2.10x their length in nanoseconds on the H100
-    of ``benchmarks/results/kernel_time_probe/kineto_then_cupti.json`` (every op, 4 us
-    to 205 us), which a timestamp callback of Kineto's counting CPU cycles explains."""
+    CUPTI's spans of the same ops came out 2.10x their length in nanoseconds on an H100
+    (every op, 4 us to 205 us), which a timestamp callback of Kineto's counting CPU cycles explains."""
     if recorded_s is None:
         return False
     return abs(recorded_s - event_s) <= rel * event_s + abs_s

@@ -1,66 +1,25 @@
-"""The measurement loop: interleaved rounds with adaptive stopping.
+"""The measurement loop: interleaved rounds with adaptive stopping, over fresh processes.
 
-Each round takes one block of baseline calls and one block of candidate calls, in a
-random order drawn per round, so that clock drift, thermal state and background load
-hit both sides alike instead of favouring whichever ran second. Each side gets its
-own block size (see :func:`expkit.timing.calibrate`) so a fast candidate is not timed
-with a block too short for the clock.
+Each round times one block of baseline calls and one of candidate calls, in a random order
+drawn per round, so that drift, thermal state and background load hit both sides alike; each
+side has its own block size (:func:`expkit.timing.calibrate`). Sampling stops at the first of:
+the interval on the speedup within ``±target_ci`` (checked only once ``min_rounds`` rounds and
+``min_seconds`` of timed work are in, since a handful of samples can look tight by luck);
+``max_seconds`` of timed work (the result then says so); ``max_rounds``.
 
-Sampling stops at the first of:
+* A timer with ``sample_batch`` (a worker's blocks) gets the rounds up to the next stopping
+  check in one request, their orders drawn here first; each round still pairs two blocks timed
+  next to each other, so that what they share cancels.
+* **Two figures.** A timer's :class:`~.timer.BlockTiming` keeps, per :class:`Sample`,
+  ``seconds`` (what the verdict uses), ``call_seconds``, ``source`` and ``flags``.
+* **Several processes.** :func:`measure_replicated` runs ``measure.processes`` replicates, each
+  a fresh pair of workers that measures every case once; each gets ``min_rounds`` and a
+  ``1/K`` share of the seconds and rounds, and stops on its own interval
+  (:func:`expkit.verdict.stats.process_target`), so the stop never depends on the spread between
+  processes that the final interval estimates.
 
-* the interval on the speedup is within ``±target_ci`` -- checked only once
-  ``min_rounds`` rounds and ``min_seconds`` of timed work are in, because an interval
-  from a handful of samples can look tight by luck;
-* ``max_seconds`` of timed work (the hard budget): the result then says so, and the
-  verdict may have to be ``inconclusive``;
-* ``max_rounds``.
-
-A timer that offers ``sample_batch`` (``bench.envelope.SessionTimer``, whose blocks run in a
-worker process) gets the rounds up to the next stopping check in one request: their
-order is drawn here before the request, nothing is decided between two checks, and
-one round trip per batch instead of per block keeps the parent's wake-up latency out
-of the run time. Each round still draws its own order and pairs two blocks timed next
-to each other: running a batch's rounds in segments, each side's blocks of several
-rounds back to back (fewer requests between the workers), was tried and reverted, since
-pairing blocks further apart cancelled less of the noise they share and honest runs at
-``default`` timed two to four times as much to reach their target
-(``docs/defence-cost.md``). Each sample's ``t_start``/``t_end`` is then its share of the
-batch's span on this process's clock, in proportion to its timed work.
-
-**Two figures.** A timer with more than one figure per block (the CUDA timer with
-kernel time) gives its account of each block as a :class:`~.timer.BlockTiming`: in
-``last_timing`` after ``sample``, or in place of the bare seconds in
-``sample_batch``'s list (a ``BlockTiming`` or its ``to_dict()``, as it crosses a
-worker's channel). Each :class:`Sample` then keeps ``seconds`` (what the verdict
-uses), ``call_seconds`` (the call as its caller's stream sees it), ``source`` (which
-figure ``seconds`` is) and the block's ``flags``; :class:`CaseSamples` keeps the
-timer's ``info`` (which figure it meant to give, and why not where it fell back).
-
-**Several processes.** :func:`measure_replicated` is the runner's loop: replicate ``r``
-is one fresh pair of worker processes (``open_replicate(r)``) that measures every case
-of the manifest once, then closes; ``measure.processes`` replicates in all, so a verdict
-sees the spread between processes as well as within one (``verdict/stats.py``). Each
-case's budget is split across them: every process gets ``min_rounds`` (the bootstrap
-needs rounds in each), ``min_seconds / K`` and ``max_seconds / K`` of timed work and
-``max_rounds / K`` rounds; the first process warms up for ``warmup_seconds``, the
-later ones (the device is warm by then; only the new process's first-call costs are
-left) for ``warmup_seconds / K``. The first process to measure a case calibrates each
-side's block; the later ones time blocks of as many calls. Every :class:`Sample`
-carries its replicate.
-
-**Repeated looks.** The interval is checked every ~10% more rounds, and sampling stops
-the first time it is narrow enough. The rule stops on the interval's *width*, never on
-where it lies against a claim, so it is not the optional stopping that inflates a
-test's error; but a width that is narrow by chance ends a run early with an interval
-that is too narrow. ``benchmarks/verdict_validity.py`` measures the final interval's
-coverage under this rule (``benchmarks/results/verdict_validity.md``, 400 simulated runs
-a scenario): for a nominal 95% it covered 96.0-98.0% in one process (within a run),
-95.5-99.8% over five at ``quick``'s budget and 95.0-100% at ``default``'s, these two within
-a run and across processes, in every
-scenario, so the rule stands at the nominal level, without an adjusted level or a
-confidence sequence. With several processes each process stops on its own interval
-(:func:`expkit.verdict.stats.process_target`), so the stop never depends on the spread
-between processes that the final interval estimates.
+The rule stops on the interval's width, never on where it lies against a claim; simulation
+showed the final interval at its nominal coverage without an adjusted level (docs/decisions.md).
 """
 
 from __future__ import annotations

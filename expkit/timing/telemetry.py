@@ -33,8 +33,7 @@ Approximations, stated once:
   both CUDA events and CUPTI, implied 1866 MHz. Use it to flag gross slowdowns, not
   to convert cycles to seconds.
 * Polling did not disturb the timings: on the same H200, 10 ms NVML polling on or off
-  changed the median of cold and warm samples by less than their spread
-  (benchmarks/README.md).
+  changed the median of cold and warm samples by less than their spread.
 * The sampler is a Python thread. Each NVML call is a ctypes call, which releases the
   GIL, so the thread costs the timing loop little; its timestamps carry the jitter of
   thread scheduling (sub-millisecond on an idle host).
@@ -73,8 +72,7 @@ THROTTLE_REASONS: dict[int, str] = {
 #: Fraction of the maximum SM clock under which a sample counts as "slow".
 #: nvbench discards samples under 75% of the default clock (``--throttle-threshold``,
 #: shared/reference/anchors-harnesses.md), and its users report benchmarks left with
-#: no samples at all (nvbench#231). Measured here (H200, 2026-11-21, see
-#: benchmarks/README.md): bf16 matrix products of 8192^3 and 16384^3 ran at 1410 to
+#: no samples at all (nvbench#231). Measured here on an H200: bf16 matrix products of 8192^3 and 16384^3 ran at 1410 to
 #: 1560 MHz, 71-79% of the 1980 MHz maximum, with NVML naming only the software power
 #: cap (``sw_power_cap``). That is the card's steady operating point under heavy load, and a claim about
 #: such a kernel must be measured there, so the threshold sits below it: 0.6. What it

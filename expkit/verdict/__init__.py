@@ -1,7 +1,7 @@
 """The verdict stage: what the numbers say, from estimates and findings alone.
 
 * :mod:`.stats` -- samples to an :class:`~.stats.Estimate` (median, bootstrap interval, warnings).
-* :mod:`.rules` -- DESIGN.md section 4: claim + estimates + findings to a
+* :mod:`.rules` -- the verdict rule (docs/decisions.md): claim + estimates + findings to a
   :class:`~.rules.Verdict`; re-exported here (``from expkit.verdict import decide``).
 * :mod:`.load` -- a verdict the host's load could explain (a ``contention`` warning's case judged
   again with each side's wait for a CPU taken out).

@@ -16,8 +16,8 @@ that wait being taken out. A case of such a run is judged again:
   thread's wait records: with one busy process on the 2-core CPU machine and two threads
   a side, a cheat whose narrowing of the baseline's cores the harness undoes, and whose own
   work is 1.0x of its baseline's, was ``supported`` at an interval of [1.325, 9.306] for a
-  claim of 1.5x, and in 2 of 6 runs of ``benchmarks/under_load.py``
-  (``benchmarks/results/cpu-2026-11-27e/README.md``). No figure the run keeps says how much
+  claim of 1.5x, and in 2 of 6 runs of the under-load benchmark
+  (evidence/README.md). No figure the run keeps says how much
   of a time was the code's, so ``supported`` and ``refuted`` both become ``inconclusive``.
 
 Each such case gets a ``load`` warning naming its figures, and its reason comes first.

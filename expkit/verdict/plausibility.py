@@ -35,7 +35,7 @@ def plausibility(manifest: Any, estimates: Mapping[str, Any], gpu_name: Optional
     warning). There the likelier cause of a factor above the plausible is a side slowed by
     the wait, and the message says so: with two busy processes on the 2-core CPU machine and
     two threads allowed, a baseline on torch's pool of two measured 54.5x and 57.8x slower
-    than one-thread candidates (``benchmarks/results/cpu-2026-11-27b/README.md``)."""
+    than one-thread candidates (evidence/README.md)."""
     out: List[Finding] = []
     limit = getattr(manifest.expect, "max_plausible_speedup", None)
     source = "expect.max_plausible_speedup" if limit else "defences.max_plausible_speedup"

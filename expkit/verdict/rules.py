@@ -1,4 +1,4 @@
-"""Claim + estimates + findings -> verdict, following DESIGN.md section 4.
+"""Claim + estimates + findings -> verdict, following the verdict rule of docs/decisions.md.
 
 A claim "speedup S with tolerance t" holds where the candidate is at least S·(1−t)
 times faster. With an interval [lo, hi] on the measured speedup of a case:

@@ -6,7 +6,7 @@ the baseline's and the candidate's median per-call times. Written with the measu
 speedup's interval ``[lo, hi]`` with ``t_b`` held at its median. That is an approximation:
 the baseline median's own uncertainty is left out, so the range is what the speedup interval
 implies, not a full interval on the saving. Where the speedup interval includes 1 the range
-includes 0, and the report says "no measurable saving" (DESIGN.md section 4).
+includes 0, and the report says "no measurable saving" (the verdict rule, docs/decisions.md).
 
 Dollars are the device time at the run's price per hour (``cost.usd_per_hour``: the dated
 price list of ``conf/prices/``, or the user's override), billed per second with no minimum,

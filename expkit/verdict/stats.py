@@ -1,71 +1,26 @@
 """From raw per-call times to a speedup with a confidence interval.
 
-Medians, because timing noise is one-sided (interrupts, clock dips and cache misses
-only ever add time), so a mean chases the tail; the median stays with the bulk.
+Medians, because timing noise is one-sided (interrupts, clock dips and cache misses only add
+time). The data are *rounds* (one baseline and one candidate block back to back, in a random
+order) in *processes* (replicates: fresh pairs of workers), so the interval must see the noise
+within a process, which rounds narrow, and between processes, which only more processes can.
 
-The data are *rounds* in *processes*. A round times one block of baseline calls and one
-block of candidate calls back to back, in a random order (``timing/measure.py``); a
-process (a replicate: one fresh pair of worker processes) runs many rounds of every
-case. Two levels of noise follow, and the interval has to see both:
+* **Point estimate**: in one process the ratio of medians over the rounds whose two sides were
+  both kept; over ``K`` processes the geometric mean of their ratios (each weighs the same).
+  Each side's figure is the geometric mean of its per-process medians, so the speedup is
+  exactly their ratio.
+* **Interval, one process**: a percentile bootstrap (``scipy.stats.bootstrap``,
+  ``paired=True``) that resamples rounds as pairs, so noise the two sides shared cancels as it
+  did in the measurement. It covers the noise within that process only, and says so.
+* **Interval, K ≥ 2 processes**: Student's t over the processes' log ratios, back on the ratio
+  scale; never narrower than the within-process noise alone implies, because K processes can
+  agree by chance, or exactly, when a timer is coarse.
 
-* **within a process**, from block to block: clock and thermal state, interrupts,
-  neighbours. Rounds narrow it.
-* **between processes**: what a fresh process lands on (memory layout and alignment,
-  allocator state, which clocks and caches it meets). On an H200 the same pair's speedup
-  varied by 1.54% across 5 fresh processes while each run's own interval was about
-  ±1% (``benchmarks/results/timing_fidelity.md``). Rounds cannot narrow it; only more
-  processes can.
-
-**Point estimate.** In one process, the ratio of medians over the rounds whose two sides
-were both kept: ``median(baseline) / median(candidate)``. Over ``K`` processes, the
-geometric mean of the processes' ratios of medians (each process weighs the same, since
-the spread between processes is what more rounds cannot shrink). Each side's figure is
-the geometric mean of its per-process medians, so the speedup is exactly their ratio.
-
-**Interval, one process** (``measure.processes=1``; no preset since ``quick`` took 5): a percentile
-bootstrap through ``scipy.stats.bootstrap`` with ``paired=True``: rounds are resampled
-*as pairs*, the baseline and candidate block of one round together, so noise the two
-sides shared (drift, a slow stretch of the machine) moves both sides of a resample
-alike and cancels in the ratio, as it did in the measurement. Percentile, not BCa: BCa's
-acceleration comes from a jackknife, which is unreliable for a median and costs
-``n**2`` evaluations. This interval covers the noise within the one process only: a
-second run in a fresh process may land outside it, and the result says so.
-
-**Interval, K ≥ 2 processes**: Student's t over the processes' log ratios,
-``mean ± t(K−1) · s / √K`` (``s``: their standard deviation), back on the ratio scale.
-The spread of the K per-process estimates already contains the noise within each
-process (a process's ratio carries its own rounds' noise) and the spread between them,
-whatever their proportions and whatever correlation the rounds of one process had,
-and the t quantile pays for having estimated that spread from K numbers. The interval
-is never narrower than the within-process noise alone implies, ``z · sqrt(mean w_p / K)``
-(``w_p``: the variance of process p's bootstrap log ratios), because K processes can
-agree by chance, or exactly, when a timer is coarse.
-
-Why not a two-level bootstrap (resample processes, then rounds within each)? That is
-expkit's own code either way, since ``scipy.stats.bootstrap`` resamples observations
-independently and has no notion of groups; ``benchmarks/verdict_validity.py`` runs it
-beside this interval. With the few processes a verdict can afford it is the wrong
-width both ways: resampling K values cannot show tails the K values do not have, and
-resampling rounds again inside each drawn process counts the within-process noise
-twice. In the simulation (``benchmarks/results/verdict_validity.md``, five processes,
-200 runs a scenario) it covered 85.5-93.5% for a nominal 95% where each process had a
-1% effect on each side, and 98.0-100% where none had; this interval covered 95.0-96.2%
-and 96.2-100% (400 runs). Pooling every round as if from one process covered
-58.0-75.5% with the process effect.
-
-Approximations, stated where they matter:
-
-* the t interval assumes the per-process log ratios are roughly normal; a ratio of
-  medians over tens of rounds is, but a bimodal process effect (a process lands in one
-  of two states) is not, and few processes then under- or over-cover;
-* a one-process bootstrap treats rounds as exchangeable: rounds close together that are
-  correlated (slow drift beyond what pairing cancels, autocorrelated noise) make it
-  narrow; estimates built on fewer than 20 rounds carry a warning, and every
-  one-process estimate names itself as such in ``method`` (and the report says what that
-  leaves out);
-* independent resampling of the two sides (:func:`estimate`) is kept for samples that
-  have no rounds (older stored runs); it ignores what the sides shared, so it is wider
-  than the paired interval under drift and shared noise, never narrower on average.
+Approximations: the t interval assumes roughly normal per-process log ratios (a bimodal process
+effect is not); a one-process bootstrap treats rounds as exchangeable, so correlated rounds make
+it narrow (fewer than 20 rounds carry a warning; ``method`` names a one-process estimate);
+:func:`estimate`'s independent resampling, kept for stored runs without rounds, ignores what the
+sides shared. Why t and not a two-level bootstrap, and percentile and not BCa: docs/decisions.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The words a report may use for a number, by the evidence behind it (DESIGN.md §4).
+"""The words a report may use for a number, by the evidence behind it (docs/decisions.md).
 
 * "demonstrated" only with a measured interval behind it; "asserted" for a claimed
   figure nobody measured here (or that the run could not measure).

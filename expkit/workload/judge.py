@@ -48,7 +48,7 @@ class EndToEndResult:
         return self.judged is not None and self.judged.verdict == "refuted"
 
     def to_dict(self) -> Dict[str, Any]:
-        """The ``end_to_end`` block of result.json (see the README's result.json notes)."""
+        """The ``end_to_end`` block of result.json (see "Outputs" in docs/manifest.md)."""
 
         def iv(i: Optional[Interval]) -> Optional[Dict[str, float]]:
             return None if i is None else {"value": i.value, "low": i.low, "high": i.high}
