@@ -125,7 +125,7 @@ def test_each_missing_piece_says_what_it_costs_and_where_that_was_measured():
 def test_every_measured_figure_in_a_cost_is_in_the_file_it_names():
     """A cost quotes a number only from the committed measurement it cites."""
     sources = {"benchmarks/README.md": ROOT / "benchmarks" / "README.md",
-               "suite_overhead.md": ROOT / "benchmarks" / "results" / "suite_overhead.md"}
+               "suite_overhead.md": ROOT / "evidence" / "harness-cost" / "suite" / "suite_overhead.md"}
     costs = [v for k, v in vars(doctor).items() if k.startswith("COST_") and isinstance(v, str)]
     for cost in costs:
         figures = re.findall(r"\d+\.\d+ ?(?:us|s)\b", cost)
@@ -191,6 +191,6 @@ def test_doctor_sees_the_gpu(capsys):
 
 
 def test_the_commands_page_shows_the_committed_cpu_output():
-    committed = (ROOT / "benchmarks" / "results" / "doctor-cpu.txt").read_text()
+    committed = (ROOT / "evidence" / "usability" / "doctor-cpu.txt").read_text()
     assert f"```\n{committed}```" in (ROOT / "docs" / "commands.md").read_text()
     assert committed.startswith("ok  expkit ") and "fork server" in committed

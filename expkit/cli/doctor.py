@@ -43,7 +43,7 @@ NOTE_CUPTI = ("importable: GPU runs judge each call by its kernels' span in the 
 COST_NO_NCU = ("nothing for `expkit run`, which does not use it; benchmarks/timing_fidelity.py compares against "
                "it (or pass --skip-ncu)")
 COST_NO_FORKSERVER = ("workers start by spawn: 1.72 s a manifest against 0.03 s from the fork server on a "
-                      "2-core CPU (benchmarks/results/suite_overhead.md); set defences.start_method=spawn and "
+                      "2-core CPU (evidence/harness-cost/suite/suite_overhead.md); set defences.start_method=spawn and "
                       "launcher.start=spawn")
 COST_SHARED_CPU = ("other work shares the cores: CPU timings spread more and take longer to reach "
                    "measure.target_ci, and a GPU run's host side is delayed (see benchmarks/README.md, "
