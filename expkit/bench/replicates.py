@@ -86,6 +86,7 @@ class Replicates:
             f"{method} ({why})" if why and method != "fork" else method)
         pair.siblings = [] if self.first_goes_early else [p for p in (self.first.b.pid(), self.first.c.pid()) if p]
         pair.adopt_memory(self.memory)
+        pair.launches = self.first.launches  # the first pair's profiled calls (.launches)
         self.findings += pair.findings() + code_moved(self.first, pair, r)
         return _Replicate(self, pair, r)
 

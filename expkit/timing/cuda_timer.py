@@ -115,11 +115,32 @@ import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from .cuda_device import FLUSH_MODES, Device, Event, TorchCudaDevice
-from .kernel_time import FOREIGN, NO_HOLD_RECORD, RECORDER_ERROR, Recorder, TagCounter, block_kernel_time
+from .kernel_time import (FOREIGN, NO_HOLD_RECORD, RECORDER_ERROR, Recorder, TagCounter, block_kernel_time,
+                          call_launches, launch_summary)
 from .blocks import BlockReport, lead_gap, split_calls
 from .timer import ENVELOPE, EVENTS, KERNEL, BlockTiming, TimerInfo
 
 __all__ = ["CudaTimer", "BlockReport", "split_calls", "Device", "Event", "TorchCudaDevice", "FLUSH_MODES"]
+
+_DEMANGLED: dict[str, str] = {}
+
+
+def demangle(name: str) -> str:
+    """A recorded kernel name in the profiler's spelling: CUPTI's records carry the mangled
+    name, the profiler's trace the demangled one (torch's ``c10::demangle``, which both use)."""
+    if not name.startswith("_Z"):
+        return name
+    got = _DEMANGLED.get(name)
+    if got is None:
+        try:
+            import torch
+
+            got = str(torch._C._demangle(name))
+        except Exception:
+            got = name
+        _DEMANGLED[name] = got
+    return got
+
 
 class CudaTimer:
     """CUDA-event timer with a held stream, optional L2 flush and a device-wide sync guard.
@@ -197,6 +218,8 @@ class CudaTimer:
         self.last_block: BlockReport | None = None
         self.last_timing: BlockTiming | None = None
         self.last_attribution: dict | None = None
+        #: The last block's per-call kernel launches (``_launches``); None without a recorder.
+        self.last_launches: dict | None = None
         requested = KERNEL if (recorder is not None or fallback) else EVENTS
         self.info = TimerInfo(KERNEL if recorder is not None else EVENTS, requested, fallback)
         self._set_method()
@@ -352,6 +375,19 @@ class CudaTimer:
             "tags": tags,
         }
 
+    def _launches(self, rec: Recorder, recorded: Any, flags: Sequence[str]) -> dict[str, Any]:
+        """Each kept call's kernel launches from the record (:func:`.kernel_time.call_launches`),
+        as plain data for the parent's per-call launch check; ``altered``: what of the recorder
+        was replaced since it was built (asked through its class). Without a record of the
+        timer's own holds the recorder was not recording: ``missing`` instead of the calls."""
+        altered = getattr(type(rec), "altered", None)
+        out: dict[str, Any] = {"altered": altered(rec) if callable(altered) else ""}
+        if NO_HOLD_RECORD in flags:
+            return {**out, "missing": "no record of the timer's own hold kernel"}
+        at = self.last_attribution or {}
+        calls = call_launches(recorded, at.get("kept", ()), at.get("attempted", ()), demangle)
+        return {**out, **launch_summary(calls)}
+
     def _learn_lead(self, recorded: Any, chunks: Sequence[Any]) -> None:
         """Lengthen the lead spin by twice the largest gap the records show between a lead's
         end and its hold's start (:func:`.blocks.lead_gap`)."""
@@ -437,6 +473,7 @@ class CudaTimer:
                 foreign = True
             fallback_total += max(o["fallback_s"], o["event_total"])
         flags: List[str] = []
+        self.last_launches = None
         kernel_total: Optional[float] = None
         kernel_calls: Tuple[Optional[float], ...] = ()
         if recorded is not None and rec is not None:
@@ -448,6 +485,7 @@ class CudaTimer:
                                    self.last_attribution["event_holds"], rec.recalibrate, self._ticks_per_second)
             flags.extend(kb.flags)
             kernel_calls = kb.calls
+            self.last_launches = self._launches(rec, recorded, kb.flags)
             if kb.usable:
                 kernel_total = kb.total
                 self._ticks_per_second = kb.ticks_per_second  # what agreed with the events: the next block's first try
