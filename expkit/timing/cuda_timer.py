@@ -76,17 +76,15 @@ How a block is timed
    another stream or device are included and flagged (``other-stream``,
    ``other-device``), and so are those another thread launched while the call ran
    (``other-thread``: autograd's backward, for one). A recorder that fails to record
-   its own holds in three blocks running is dropped, and ``info`` says why.
+   its own holds in three blocks running is dropped, and ``info`` says why. Each call's
+   kernels (name, grid, block) are left in ``last_launches`` for the per-call launch check.
 
-Why no CUDA graph
------------------
-Replaying a captured graph would hide launch gaps too, but runs none of ``fn``'s Python
-(the input rotation would not advance, host-side work and checks would vanish) and cannot
-capture ops that synchronise; the hold gives the same back-to-back execution with ``fn``
-really called every time.
+Why no CUDA graph: replaying a captured graph would hide launch gaps too, but runs none of
+``fn``'s Python (the input rotation would not advance, host-side work and checks would
+vanish) and cannot capture ops that synchronise; the hold gives the same back-to-back
+execution with ``fn`` really called every time.
 
-Measured bias (H200, torch 2.11, 2026-11-21; benchmarks/README.md)
------------------------------------------------------------------
+Measured bias (H200, torch 2.11, 2026-11-21; benchmarks/README.md).
 Against CUPTI's kernel durations of the very same calls, the events add a fixed cost
 per call: +0.9 to +1.1 us warm (the gap between back-to-back kernels) and +3.2 to
 +3.6 us cold (an event pair straight after the flush kernel reads 1.5 us apart with
@@ -114,33 +112,12 @@ import math
 import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
-from .cuda_device import FLUSH_MODES, Device, Event, TorchCudaDevice
-from .kernel_time import (FOREIGN, NO_HOLD_RECORD, RECORDER_ERROR, Recorder, TagCounter, block_kernel_time,
-                          call_launches, launch_summary)
+from .cuda_device import FLUSH_MODES, Device, Event, TorchCudaDevice, demangle
+from .kernel_time import FOREIGN, NO_HOLD_RECORD, RECORDER_ERROR, Recorder, TagCounter, block_kernel_time, block_launches
 from .blocks import BlockReport, lead_gap, split_calls
 from .timer import ENVELOPE, EVENTS, KERNEL, BlockTiming, TimerInfo
 
 __all__ = ["CudaTimer", "BlockReport", "split_calls", "Device", "Event", "TorchCudaDevice", "FLUSH_MODES"]
-
-_DEMANGLED: dict[str, str] = {}
-
-
-def demangle(name: str) -> str:
-    """A recorded kernel name in the profiler's spelling: CUPTI's records carry the mangled
-    name, the profiler's trace the demangled one (torch's ``c10::demangle``, which both use)."""
-    if not name.startswith("_Z"):
-        return name
-    got = _DEMANGLED.get(name)
-    if got is None:
-        try:
-            import torch
-
-            got = str(torch._C._demangle(name))
-        except Exception:
-            got = name
-        _DEMANGLED[name] = got
-    return got
-
 
 class CudaTimer:
     """CUDA-event timer with a held stream, optional L2 flush and a device-wide sync guard.
@@ -218,8 +195,7 @@ class CudaTimer:
         self.last_block: BlockReport | None = None
         self.last_timing: BlockTiming | None = None
         self.last_attribution: dict | None = None
-        #: The last block's per-call kernel launches (``_launches``); None without a recorder.
-        self.last_launches: dict | None = None
+        self.last_launches: dict | None = None  # kernel_time.block_launches; None without a recorder
         requested = KERNEL if (recorder is not None or fallback) else EVENTS
         self.info = TimerInfo(KERNEL if recorder is not None else EVENTS, requested, fallback)
         self._set_method()
@@ -375,19 +351,6 @@ class CudaTimer:
             "tags": tags,
         }
 
-    def _launches(self, rec: Recorder, recorded: Any, flags: Sequence[str]) -> dict[str, Any]:
-        """Each kept call's kernel launches from the record (:func:`.kernel_time.call_launches`),
-        as plain data for the parent's per-call launch check; ``altered``: what of the recorder
-        was replaced since it was built (asked through its class). Without a record of the
-        timer's own holds the recorder was not recording: ``missing`` instead of the calls."""
-        altered = getattr(type(rec), "altered", None)
-        out: dict[str, Any] = {"altered": altered(rec) if callable(altered) else ""}
-        if NO_HOLD_RECORD in flags:
-            return {**out, "missing": "no record of the timer's own hold kernel"}
-        at = self.last_attribution or {}
-        calls = call_launches(recorded, at.get("kept", ()), at.get("attempted", ()), demangle)
-        return {**out, **launch_summary(calls)}
-
     def _learn_lead(self, recorded: Any, chunks: Sequence[Any]) -> None:
         """Lengthen the lead spin by twice the largest gap the records show between a lead's
         end and its hold's start (:func:`.blocks.lead_gap`)."""
@@ -473,8 +436,7 @@ class CudaTimer:
                 foreign = True
             fallback_total += max(o["fallback_s"], o["event_total"])
         flags: List[str] = []
-        self.last_launches = None
-        kernel_total: Optional[float] = None
+        kernel_total, self.last_launches = None, None
         kernel_calls: Tuple[Optional[float], ...] = ()
         if recorded is not None and rec is not None:
             # Kept for diagnostics and for recording test fixtures (scripts/record_cupti_fixtures.py).
@@ -485,7 +447,7 @@ class CudaTimer:
                                    self.last_attribution["event_holds"], rec.recalibrate, self._ticks_per_second)
             flags.extend(kb.flags)
             kernel_calls = kb.calls
-            self.last_launches = self._launches(rec, recorded, kb.flags)
+            self.last_launches = block_launches(rec, recorded, self.last_attribution, kb.flags, demangle)
             if kb.usable:
                 kernel_total = kb.total
                 self._ticks_per_second = kb.ticks_per_second  # what agreed with the events: the next block's first try

@@ -347,6 +347,21 @@ def launch_summary(calls: Sequence[Tuple[Launch, ...]]) -> Dict[str, Any]:
             "sequences": [list(s) for s in seqs], "calls": per_call}
 
 
+def block_launches(rec: Any, recorded: Recorded, attribution: Optional[Dict[str, Any]], flags: Sequence[str],
+                   demangle: Callable[[str], str] = lambda s: s) -> Dict[str, Any]:
+    """A block's kept calls' launches (:func:`call_launches`, :func:`launch_summary`) as plain
+    data for the parent's per-call launch check; ``altered``: what of the recorder was
+    replaced since it was built, asked through its class so that the instance's own
+    replacement does not answer. Without a record of the timer's own holds the recorder
+    was not recording: ``missing`` instead of the calls."""
+    ask = getattr(type(rec), "altered", None)
+    out: Dict[str, Any] = {"altered": ask(rec) if callable(ask) else ""}
+    if NO_HOLD_RECORD in flags:
+        return {**out, "missing": "no record of the timer's own hold kernel"}
+    at = attribution or {}
+    return {**out, **launch_summary(call_launches(recorded, at.get("kept", ()), at.get("attempted", ()), demangle))}
+
+
 def _bracketing_call(tagged: Sequence[Tuple[int, ...]], chunks: Sequence[ChunkTags],
                      known: Iterable[ChunkTags]) -> Callable[[GpuRecord], Optional[int]]:
     """``record -> call tag`` for an untagged record launched while a call ran: the
