@@ -209,3 +209,14 @@ def test_the_seal_names_a_method_replaced_on_the_class(fake, monkeypatch):
     rec = CuptiRecorder(names=True)
     monkeypatch.setattr(CuptiRecorder, "pop", lambda self: None)
     assert "CuptiRecorder.pop" in CuptiRecorder.altered(rec)
+
+
+def test_a_block_replys_launches_are_taken_out_and_judged_as_its_findings():
+    from expkit.bench.launches import launch_findings
+
+    check = LaunchCheck("c", PROFILED)
+    rep = {"seconds": 1e-3, "findings": [], "launches": summary(PROFILED[:1])}
+    got = launch_findings(check, CANDIDATE, rep)
+    assert "launches" not in rep  # the summary does not travel on into the timing account
+    assert [(f["check"], f["ok"], f["case"]) for f in got] == [(LAUNCHES, False, "c")]
+    assert launch_findings(check, CANDIDATE, {"findings": []}) == []  # a CPU block: no summary
