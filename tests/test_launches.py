@@ -220,3 +220,13 @@ def test_a_block_replys_launches_are_taken_out_and_judged_as_its_findings():
     assert "launches" not in rep  # the summary does not travel on into the timing account
     assert [(f["check"], f["ok"], f["case"]) for f in got] == [(LAUNCHES, False, "c")]
     assert launch_findings(check, CANDIDATE, {"findings": []}) == []  # a CPU block: no summary
+
+
+def test_a_later_replicates_counts_join_the_runs():
+    from expkit.bench.launches import add_launches
+
+    first = {LAUNCHES: {"c": {"profiled": 2, "calls": 10, "short": 0, "blocks": {CANDIDATE: 2}, "unrecorded": {}}}}
+    later = {LAUNCHES: {"c": {"profiled": 2, "calls": 6, "short": 1, "blocks": {CANDIDATE: 1}, "unrecorded": {}}}}
+    add_launches(first, later, "c")
+    add_launches(first, {}, "c")
+    assert first[LAUNCHES]["c"] == {"profiled": 2, "calls": 16, "short": 1, "blocks": {CANDIDATE: 3}, "unrecorded": {}}

@@ -202,3 +202,17 @@ def launches_at_end(check: LaunchCheck, pair: Any) -> List[Finding]:
         return [unavailable(check.case, "the candidate's timed calls were timed with CUDA events alone, which "
                             "record no kernel (cupti-python missing, or measure.timer=events)")]
     return check.findings()
+
+
+def add_launches(into: Dict[str, Any], other: Mapping[str, Any], case: str) -> None:
+    """A later replicate's launch counts for ``case`` added to the run's (the first pair's
+    evidence), as the other per-case accounts are."""
+    mine = other.get(LAUNCHES, {}).get(case)
+    if not mine:
+        return
+    was = into.setdefault(LAUNCHES, {}).setdefault(case, dict(mine, calls=0, short=0, blocks={}, unrecorded={}))
+    for k in ("calls", "short"):
+        was[k] = was.get(k, 0) + mine.get(k, 0)
+    for k in ("blocks", "unrecorded"):
+        for role, n in mine.get(k, {}).items():
+            was[k][role] = was[k].get(role, 0) + n

@@ -18,6 +18,7 @@ from ..manifest.settings import Settings
 from ..manifest.spec import LoadedManifest
 from ..timing import measure
 from .fork_safety import threads_the_child_never_needs
+from .launches import add_launches
 from .memory import GiB, HEADROOM
 from .pair import Pair, open_pair
 from .side import ROLES
@@ -190,6 +191,7 @@ class _Replicate:
                 into[role] = busiest(into.get(role), rec)
             add_summaries(o.first.evidence.setdefault("interference", {}).setdefault(case, {}),
                           self.pair.evidence.get("interference", {}).get(case, {}))
+            add_launches(o.first.evidence, self.pair.evidence, case)
         log = self._stop_window()
         if log is not None:
             logs = o.logs.setdefault(case, [])
