@@ -18,6 +18,7 @@ from . import cores
 from .clock import CLOCK
 from .envelope import RecheckPolicy, SessionTimer, SideFn, envelope_counts, envelope_findings
 from .freeze import Freeze
+from .launches import LaunchCheck, launch_findings, launches_at_end
 from .side import BASELINE, CANDIDATE, LAST_CALL
 from .trial import findings_of as _findings
 
@@ -54,6 +55,8 @@ class CaseSides:
             if policy is not None:
                 self.watch.expected = (policy, self.watch.expected[1])
             pair.evidence["relay_policy"] = "SCHED_BATCH" if policy is not None else "the parent's"
+        #: Each timed call's kernels against the profiled call's (.launches), a GPU run's.
+        self.launches = LaunchCheck(case, pair.launches.get(case) if pair.device == "cuda" else None)
         self.baseline = SideFn(BASELINE, self._warm, self._call)
         self.candidate = SideFn(CANDIDATE, self._warm, self._call)
 
@@ -112,6 +115,7 @@ class CaseSides:
             if None not in stamps and stamps == sorted(stamps):  # each block's inside the window, in order
                 latency += (stamps[1] - sent) + (got - stamps[-2])
             for rep in reps:
+                rep["findings"] = list(rep.get("findings", ())) + launch_findings(self.launches, side, rep)
                 kept = rep.pop("kept", None)
                 if kept is not None:
                     if freeze is not None:  # both workers take part in the recheck
@@ -154,6 +158,7 @@ class CaseSides:
             done += self.watch.findings(self.case, roles, continued)
             if self.watch.unwatched:
                 self.pair.evidence["stops_unwatched"] = sorted(self.watch.unwatched)
+        done += launches_at_end(self.launches, self.pair)
         d = self.pair.settings.defences
         self.pair.evidence.setdefault("envelope", {})[self.case] = envelope_counts(self.timer.accounts, d)
         return self.timer.findings + envelope_findings(self.case, self.timer.accounts, d) + done

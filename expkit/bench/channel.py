@@ -17,6 +17,19 @@ out-of-order sequence number, and from then on trusts nothing on the channel: th
 run is ``invalid`` with a ``channel`` reason. Reads have deadlines and notice a dead
 worker, so garbage or silence cannot hang the parent.
 
+Bound before the code under test. The channel's encoding (JSON), signing (HMAC-SHA256),
+framing (``struct``) and I/O (``os.read``, ``os.write``, ``select.select``,
+``time.monotonic``) are bound when this module is imported, which in a worker is before
+its side's code is: the C functions themselves (``_json``'s encoder and scanner,
+``_hashlib.hmac_digest``, the compare, the header's bound ``pack``/``unpack``), held as
+default arguments, so that neither a replaced module attribute (``json.dumps``,
+``hmac.new``, ``os.write``) nor a replaced name in this module reaches a message. The
+worker's loop holds its channel's ``send`` and ``recv`` from before the import too
+(:mod:`.worker`). This is hygiene: a candidate that wrapped ``json.dumps`` to shrink the
+times in its block replies, or ``json.loads`` to run half the calls asked, no longer
+sits in the path (tests/adversarial/cpu/adv_stdlib.py); the tamper check reports the
+replacement, and the parent's own clock stays the defence against a forged account.
+
 Limits, stated plainly: the candidate runs in the worker, so it *can* write to the
 worker's end of the result pipe (it is an open descriptor of its own process), and
 code that walks the worker's memory can find the key and the bench and forge
@@ -43,6 +56,11 @@ MAC_LEN = 32
 KEY_LEN = 32
 MAX_BODY = 64 << 20
 
+#: The primitives every message goes through, bound now (module docstring).
+_pack, _unpack = HEADER.pack, HEADER.unpack
+_read, _write, _select, _monotonic = os.read, os.write, select.select, time.monotonic
+_compare = hmac.compare_digest
+
 CHANNEL, WORKER = "channel", "worker"
 
 
@@ -58,33 +76,35 @@ class RemoteError(RuntimeError):
     """An exception raised in the worker (the candidate's, or the harness's there)."""
 
 
-def write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes, _write: Callable[[int, Any], int] = _write) -> None:
     """All of ``data`` to ``fd`` (a pipe may take it in parts)."""
     view = memoryview(data)
     while view:
-        n = os.write(fd, view)
+        n = _write(fd, view)
         view = view[n:]
 
 
-def read_exact(fd: int, n: int, deadline: Optional[float], alive: Optional[Callable[[], bool]]) -> bytes:
+def read_exact(fd: int, n: int, deadline: Optional[float], alive: Optional[Callable[[], bool]],
+               _read: Callable[[int, int], bytes] = _read, _select: Any = _select,
+               _monotonic: Callable[[], float] = _monotonic) -> bytes:
     """Exactly ``n`` bytes from ``fd``; :class:`ChannelError` past ``deadline`` (monotonic
     seconds), on a closed pipe, or once ``alive()`` says the worker is gone."""
     buf = bytearray()
     while len(buf) < n:
         if deadline is not None:
-            left = deadline - time.monotonic()
+            left = deadline - _monotonic()
             if left <= 0:
                 raise ChannelError(WORKER, "the worker did not answer in time (defences.timeout_seconds): "
                                    "the code under test hung, or is far slower than expected")
             wait = min(left, 0.5)
         else:
             wait = 0.5
-        ready, _, _ = select.select([fd], [], [], wait)
+        ready, _, _ = _select([fd], [], [], wait)
         if not ready:
             if alive is not None and not alive():
                 raise ChannelError(WORKER, "the worker process died without closing the channel")
             continue
-        chunk = os.read(fd, n - len(buf))
+        chunk = _read(fd, n - len(buf))
         if not chunk:
             raise ChannelError(WORKER, "the worker closed the channel: it exited or crashed")
         buf += chunk
@@ -99,6 +119,44 @@ def _jsonable(obj: Any) -> Any:
     return str(obj)
 
 
+def _bound_codec() -> tuple:
+    """(encode, decode, sign): ``json.dumps(obj, default=_jsonable)``, ``json.loads`` and
+    HMAC-SHA256 as the C functions behind them, made now (the module docstring); where an
+    interpreter lacks those C modules, the Python functions as they are now."""
+    dumps, loads, digest = json.dumps, json.loads, hmac.digest
+    try:
+        import _hashlib
+        import _json
+
+        enc = _json.make_encoder(None, _jsonable, _json.encode_basestring_ascii, None, ": ", ", ", False, False, True)
+        scan = _json.make_scanner(json.JSONDecoder())
+        mac = _hashlib.hmac_digest
+
+        def encode(obj: Any, _enc: Any = enc, _join: Any = "".join) -> str:
+            return _join(_enc(obj, 0))
+
+        def decode(text: Any, _scan: Any = scan) -> Any:
+            if isinstance(text, (bytes, bytearray)):
+                text = bytes(text).decode("utf-8")
+            try:
+                obj, end = _scan(text, 0)
+            except StopIteration as e:
+                raise ValueError(f"not JSON at character {e.value}") from None
+            if end != len(text):
+                raise ValueError(f"extra data at character {end}")
+            return obj
+
+        def sign(key: bytes, msg: bytes, _mac: Any = mac) -> bytes:
+            return _mac(key, msg, "sha256")
+
+        return encode, decode, sign
+    except (ImportError, AttributeError, TypeError):
+        return ((lambda obj: dumps(obj, default=_jsonable)), loads, (lambda key, msg: digest(key, msg, sha256)))
+
+
+_encode, _decode, _sign = _bound_codec()
+
+
 class Channel:
     """Framed, authenticated JSON messages over a pair of pipe descriptors."""
 
@@ -109,19 +167,23 @@ class Channel:
         self._sent = 0
         self._received = 0
 
-    def _mac(self, head: bytes, body: bytes) -> bytes:
-        return hmac.new(self._key, head + body, sha256).digest()
+    def _mac(self, head: bytes, body: bytes, _sign: Callable[[bytes, bytes], bytes] = _sign) -> bytes:
+        return _sign(self._key, head + body)
 
-    def send(self, obj: Mapping[str, Any]) -> None:
-        body = json.dumps(obj, default=_jsonable).encode()
-        head = HEADER.pack(MAGIC, len(body), self._sent)
-        write_all(self._w, head + body + self._mac(head, body))
+    def send(self, obj: Mapping[str, Any], _encode: Callable[[Any], str] = _encode, _pack: Any = _pack,
+             _write_all: Callable[[int, bytes], None] = write_all) -> None:
+        body = _encode(obj).encode()
+        head = _pack(MAGIC, len(body), self._sent)
+        _write_all(self._w, head + body + self._mac(head, body))
         self._sent += 1
 
-    def recv(self, timeout: Optional[float] = None, alive: Optional[Callable[[], bool]] = None) -> Dict[str, Any]:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        head = read_exact(self._r, HEADER.size, deadline, alive)
-        magic, n, seq = HEADER.unpack(head)
+    def recv(self, timeout: Optional[float] = None, alive: Optional[Callable[[], bool]] = None,
+             _decode: Callable[[Any], Any] = _decode, _unpack: Any = _unpack, _read_exact: Any = read_exact,
+             _compare: Callable[[bytes, bytes], bool] = _compare, _monotonic: Callable[[], float] = _monotonic
+             ) -> Dict[str, Any]:
+        deadline = None if timeout is None else _monotonic() + timeout
+        head = _read_exact(self._r, HEADER.size, deadline, alive)
+        magic, n, seq = _unpack(head)
         if magic != MAGIC:
             raise ChannelError(CHANNEL, f"bytes the harness did not write arrived on the result channel "
                                f"(starting {head[:16]!r}): something in the worker wrote to its descriptor; "
@@ -129,9 +191,9 @@ class Channel:
         if n > MAX_BODY:
             raise ChannelError(CHANNEL, f"a message on the result channel claims {n} bytes, over the "
                                f"{MAX_BODY}-byte limit: forged or corrupted")
-        rest = read_exact(self._r, n + MAC_LEN, deadline, alive)
+        rest = _read_exact(self._r, n + MAC_LEN, deadline, alive)
         body, mac = rest[:n], rest[n:]
-        if not hmac.compare_digest(mac, self._mac(head, body)):
+        if not _compare(mac, self._mac(head, body)):
             raise ChannelError(CHANNEL, "a message on the result channel failed authentication: it was forged "
                                "or altered by something other than the harness")
         if seq != self._received:
@@ -139,6 +201,6 @@ class Channel:
                                "injected")
         self._received += 1
         try:
-            return json.loads(body)
+            return _decode(body)
         except ValueError as e:
             raise ChannelError(CHANNEL, f"an authenticated message is not JSON ({e})") from None

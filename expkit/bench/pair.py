@@ -45,6 +45,7 @@ from .channel import ChannelError
 from .endpoint import LocalEndpoint, WorkerEndpoint, start_context
 from .fallback import FALLBACK
 from .fork_safety import threads_the_child_never_needs
+from .launches import as_launches
 from .ledger import merge as merge_ledgers
 from .memory import GiB, MemoryPlan, plan
 from .side import BASELINE, CANDIDATE
@@ -103,6 +104,9 @@ class Pair:
         self.code: Dict[str, Optional[Dict[str, str]]] = {BASELINE: None, CANDIDATE: None}
         self.closed = False
         self._greeted = False
+        #: The candidate's profiled call's kernel launches by case (a GPU run's preflight), which
+        #: each timed call must match (.launches); a later replicate's pair takes the first's.
+        self.launches: Dict[str, Tuple[Any, ...]] = {}
         try:
             if self._hb is None:
                 self.b.send("hello", environment=True)
@@ -290,6 +294,8 @@ class Pair:
         if "raised" in bp:
             return [Finding("baseline", False, f"baseline raised {bp['raised']} while profiled", run.name)], None
         ct, bt = trace_from_dict(cp["trace"]), trace_from_dict(bp["trace"])
+        if ct.on_gpu:
+            self.launches[run.name] = as_launches([kernel_row(k) for k in ct.kernels])
         watched: List[Finding] = []
         if not self.isolated:  # one process: the candidate's side watches what the baseline calls
             watched = _findings(self.c.request("watch", names=sorted({o.name for o in bt.ops})))

@@ -18,6 +18,7 @@ from ..manifest.settings import Settings
 from ..manifest.spec import LoadedManifest
 from ..timing import measure
 from .fork_safety import threads_the_child_never_needs
+from .launches import add_launches
 from .memory import GiB, HEADROOM
 from .pair import Pair, open_pair
 from .side import ROLES
@@ -85,6 +86,7 @@ class Replicates:
             f"{method} ({why})" if why and method != "fork" else method)
         pair.siblings = [] if self.first_goes_early else [p for p in (self.first.b.pid(), self.first.c.pid()) if p]
         pair.adopt_memory(self.memory)
+        pair.launches = self.first.launches  # the first pair's profiled calls (.launches)
         self.findings += pair.findings() + code_moved(self.first, pair, r)
         return _Replicate(self, pair, r)
 
@@ -188,6 +190,7 @@ class _Replicate:
                 into[role] = busiest(into.get(role), rec)
             add_summaries(o.first.evidence.setdefault("interference", {}).setdefault(case, {}),
                           self.pair.evidence.get("interference", {}).get(case, {}))
+            add_launches(o.first.evidence, self.pair.evidence, case)
         log = self._stop_window()
         if log is not None:
             logs = o.logs.setdefault(case, [])

@@ -360,7 +360,7 @@ class SideBench:
         return {"seconds": per_call, "number": number, "timed": timed, "untimed": untimed, "recheck": 0.0,
                 "checks": (s0 - w0) + (c1 - s1), "wall": c1 - w0, "t0": w0, "t1": c1, "method": cs.timer.method,
                 "timing": timing.to_dict() if timing is not None else None,
-                "findings": [asdict(f) for f in fresh], "kept": kept}
+                "findings": [asdict(f) for f in fresh], "kept": kept, "launches": getattr(cs.timer, "last_launches", None)}
 
     def release(self) -> None:
         """Drop exported copies (the judge has closed its views); keep placed input sets."""

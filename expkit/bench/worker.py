@@ -132,6 +132,9 @@ def worker_main(req: Any, rep: Any, manifest_path: str, settings: Any, device: s
     if magic != MAGIC or n != KEY_LEN:
         os._exit(70)
     ch = Channel(rfd, wfd, read_exact(rfd, n, None, None))
+    # Held now, before the side's code is imported: a later replacement of the class's methods
+    # (or of what they use, bound in .channel) does not reach the loop below.
+    send, recv = ch.send, ch.recv
     # Before the candidate's code is imported: from then on it cannot trace, read the memory
     # of or signal the baseline's worker, the parent or the fork server (.confine).
     confinement = confine() if role == "candidate" and settings.defences.confine else None
@@ -149,7 +152,7 @@ def worker_main(req: Any, rep: Any, manifest_path: str, settings: Any, device: s
         startup = e
     while True:
         try:
-            msg = ch.recv()
+            msg = recv()
         except ChannelError:
             break
         try:
@@ -157,14 +160,14 @@ def worker_main(req: Any, rep: Any, manifest_path: str, settings: Any, device: s
                 reply = error_reply(startup)
             elif msg.get("op") == "close":
                 server.side.close()
-                ch.send({"bye": True, "ledger": server.ledger.to_dict()})
+                send({"bye": True, "ledger": server.ledger.to_dict()})
                 break
             else:
                 reply = server.handle(msg)
         except BaseException as e:
             reply = error_reply(e)
         try:
-            ch.send(reply)
+            send(reply)
         except OSError:
             break
         if startup is not None:

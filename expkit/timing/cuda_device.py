@@ -82,3 +82,23 @@ class TorchCudaDevice:
         mib = self.flush_factor * self.l2_bytes / 2**20
         verb = "writing" if self.flush == "write" else "reading"
         return f"L2 flushed before each call by {verb} {mib:.0f} MiB ({self.flush_factor:g}x L2)"
+
+
+_DEMANGLED: dict = {}
+
+
+def demangle(name: str) -> str:
+    """A recorded kernel name in the profiler's spelling: CUPTI's records carry the mangled
+    name, the profiler's trace the demangled one (torch's ``c10::demangle``, which both use)."""
+    if not name.startswith("_Z"):
+        return name
+    got = _DEMANGLED.get(name)
+    if got is None:
+        try:
+            import torch
+
+            got = str(torch._C._demangle(name))
+        except Exception:
+            got = name
+        _DEMANGLED[name] = got
+    return got

@@ -19,6 +19,8 @@ next prepared input set; the timer never sees the inputs). What it guarantees:
 * **Kernel time** with a ``recorder`` (:mod:`.kernel_time`): each call's span in the GPU's own
   record, the event figure kept beside it in ``last_timing.call_seconds``; a block falls back
   to the events (``unrecorded``, ``clock-mismatch``) or the envelope (``foreign``) and says so.
+  Each call's kernels (name, grid, block) are left in ``last_launches`` for the per-call
+  launch check.
 
 CUDA events add a fixed cost per call (about 1 us warm, 3-4 us cold), which pulls a small
 kernel's speedup towards 1: judged conservatively, nothing subtracted. Why a timed spin and no
@@ -33,8 +35,8 @@ import math
 import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
-from .cuda_device import FLUSH_MODES, Device, Event, TorchCudaDevice
-from .kernel_time import FOREIGN, NO_HOLD_RECORD, RECORDER_ERROR, Recorder, TagCounter, block_kernel_time
+from .cuda_device import FLUSH_MODES, Device, Event, TorchCudaDevice, demangle
+from .kernel_time import FOREIGN, NO_HOLD_RECORD, RECORDER_ERROR, Recorder, TagCounter, block_kernel_time, block_launches
 from .blocks import BlockReport, lead_gap, split_calls
 from .timer import ENVELOPE, EVENTS, KERNEL, BlockTiming, TimerInfo
 
@@ -116,6 +118,7 @@ class CudaTimer:
         self.last_block: BlockReport | None = None
         self.last_timing: BlockTiming | None = None
         self.last_attribution: dict | None = None
+        self.last_launches: dict | None = None  # kernel_time.block_launches; None without a recorder
         requested = KERNEL if (recorder is not None or fallback) else EVENTS
         self.info = TimerInfo(KERNEL if recorder is not None else EVENTS, requested, fallback)
         self._set_method()
@@ -356,7 +359,7 @@ class CudaTimer:
                 foreign = True
             fallback_total += max(o["fallback_s"], o["event_total"])
         flags: List[str] = []
-        kernel_total: Optional[float] = None
+        kernel_total, self.last_launches = None, None
         kernel_calls: Tuple[Optional[float], ...] = ()
         if recorded is not None and rec is not None:
             # Kept for diagnostics and for recording test fixtures (scripts/record_cupti_fixtures.py).
@@ -367,6 +370,7 @@ class CudaTimer:
                                    self.last_attribution["event_holds"], rec.recalibrate, self._ticks_per_second)
             flags.extend(kb.flags)
             kernel_calls = kb.calls
+            self.last_launches = block_launches(rec, recorded, self.last_attribution, kb.flags, demangle)
             if kb.usable:
                 kernel_total = kb.total
                 self._ticks_per_second = kb.ticks_per_second  # what agreed with the events: the next block's first try

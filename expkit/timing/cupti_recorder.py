@@ -47,6 +47,9 @@ QUIET_RUNTIME_APIS = (
 )
 
 TAG_SPAN = 1 << 32
+
+#: The host's clocks, bound when the harness is imported (before any code under test).
+_perf_counter, _perf_counter_ns = time.perf_counter, time.perf_counter_ns
 SNAP = 0.002
 
 #: The process whose CUPTI activity kinds a recorder of this module left enabled (None: none).
@@ -70,7 +73,9 @@ class KindCodes:
     driver: int = -1
 
 
-Raw = Tuple[int, int, int, int, int, int, str]  # (kind index into KINDS, correlation, start, end, stream, device, name)
+#: (kind index into KINDS, correlation, start, end, stream, device, name[, grid, block]): a kernel's
+#: launch dimensions follow where they were read.
+Raw = Tuple[Any, ...]
 
 
 def parse(activities: Iterable[Any], codes: KindCodes, raw: List[Raw], ext: Dict[int, int], names: bool,
@@ -91,7 +96,9 @@ def parse(activities: Iterable[Any], codes: KindCodes, raw: List[Raw], ext: Dict
             if a.external_kind == ours:
                 ext[a.correlation_id] = a.external_id
         elif k == kk:
-            raw.append((0, a.correlation_id, a.start, a.end, a.stream_id, a.device_id, a.name if names else ""))
+            raw.append((0, a.correlation_id, a.start, a.end, a.stream_id, a.device_id, a.name if names else "",
+                        (getattr(a, "grid_x", 0), getattr(a, "grid_y", 0), getattr(a, "grid_z", 0)),
+                        (getattr(a, "block_x", 0), getattr(a, "block_y", 0), getattr(a, "block_z", 0))))
         elif k == km:
             raw.append((1, a.correlation_id, a.start, a.end, a.stream_id, a.device_id, ""))
         elif k == ks:
@@ -105,11 +112,12 @@ def join(raw: Iterable[Raw], ext: Mapping[int, int], base: int,
     correlation id and, from ``api``, the host time of the API call that launched each."""
     api = api or {}
     out = []
-    for kind, corr, start, end, stream, device, name in raw:
+    for kind, corr, start, end, stream, device, name, *dims in raw:
         x = ext.get(corr)
         tag = x - base if x is not None and base <= x < base + TAG_SPAN else None
+        grid, block = (tuple(int(v) for v in dims[0]), tuple(int(v) for v in dims[1])) if len(dims) == 2 else ((), ())
         out.append(GpuRecord(KINDS[kind], tag, int(start), int(end), int(stream), int(device), name, int(corr),
-                             int(api.get(corr, 0))))
+                             int(api.get(corr, 0)), grid, block))
     return tuple(out)
 
 
@@ -121,6 +129,44 @@ def tagged_calls(ext: Mapping[int, int], base: int,
     api = api or {}
     return tuple(sorted((int(corr), x - base, int(api.get(corr, 0)))
                         for corr, x in ext.items() if base <= x < base + TAG_SPAN))
+
+
+def _callbacks(size: int, codes: KindCodes, raw: List[Raw], ext: Dict[int, int], names: bool,
+               api: Dict[int, int], _parse: Any = parse) -> Tuple[Any, Any]:
+    """CUPTI's buffer-request and buffer-completed callbacks, bound to these containers."""
+
+    def requested() -> Tuple[int, int]:
+        return size, 0
+
+    def completed(activities: Any) -> None:
+        _parse(activities, codes, raw, ext, names, api)
+
+    return requested, completed
+
+
+#: Instance attributes of a recorder whose identity is sealed: callables and the containers
+#: its records land in (numbers and flags change as it runs).
+def _sealed(v: Any) -> bool:
+    return callable(v) or isinstance(v, (list, dict, tuple))
+
+
+def _seal_of(obj: Any) -> Dict[str, Any]:
+    """The objects (not ids: a replacement cannot reuse one) of ``obj``'s sealed attributes
+    and its class's functions, by name."""
+    seal = {k: v for k, v in vars(obj).items() if _sealed(v)}
+    for cls in type(obj).__mro__[:-1]:
+        for k, v in vars(cls).items():
+            seal.setdefault(f"{cls.__name__}.{k}", v)
+    return seal
+
+
+def _altered(obj: Any, seal: Optional[Dict[str, Any]]) -> str:
+    if not isinstance(seal, dict):
+        return "its seal was removed"
+    now = _seal_of(obj)
+    now.pop("_seal", None)
+    changed = sorted(k for k in set(seal) | set(now) if k != "_seal" and seal.get(k, None) is not now.get(k, None))
+    return "" if not changed else "replaced or added: " + ", ".join(changed[:6])
 
 
 def _is_python_function(f: Any) -> bool:
@@ -176,17 +222,21 @@ class CuptiRecorder:
         self.keep_enabled = keep_enabled
         self._depth = 0
         self.ticks_per_second = 1e9
+        #: The two callbacks CUPTI is given, closures over this recorder's containers made
+        #: now: a later replacement of ``parse`` or of an attribute cannot reach them.
+        self._callbacks = _callbacks(self._buffer_bytes, self._codes, self._raw, self._ext, self._names, self._api)
         try:
             self.recalibrate()
         except Exception as e:
             raise RecorderUnavailable(f"cupti.get_timestamp failed: {type(e).__name__}: {e}") from None
+        self._seal = _seal_of(self)
 
-    # -- CUPTI's buffer callbacks -----------------------------------------------------------
-    def _requested(self) -> Tuple[int, int]:
-        return self._buffer_bytes, 0
-
-    def _completed(self, activities: Any) -> None:
-        parse(activities, self._codes, self._raw, self._ext, self._names, self._api)
+    def altered(self) -> str:
+        """What of this recorder is not what it was built with (empty: nothing): a callback,
+        a container of its records or a method replaced, on the instance or its class.
+        The timer asks through the class (``CuptiRecorder.altered(rec)``), so that an
+        instance's own replacement of this method is not what answers."""
+        return _altered(self, vars(self).get("_seal"))
 
     # -- the Recorder seam ------------------------------------------------------------------
     def start(self) -> None:
@@ -196,7 +246,7 @@ class CuptiRecorder:
         self._api.clear()
         self._raw.clear()
         try:
-            self._register(self._requested, self._completed)
+            self._register(*self._callbacks)
         except Exception:
             if not self._registered:  # never registered: this recorder cannot run
                 raise
@@ -221,7 +271,7 @@ class CuptiRecorder:
         self._depth -= 1
 
     def stop(self) -> Recorded:
-        t0 = time.perf_counter()
+        t0 = _perf_counter()
         while self._depth > 0:  # a call that raised between push and pop
             self.pop()
         try:
@@ -237,7 +287,7 @@ class CuptiRecorder:
         self._raw.clear()
         self._ext.clear()
         self._api.clear()
-        return Recorded(records, self.ticks_per_second, time.perf_counter() - t0, tagged=tagged)
+        return Recorded(records, self.ticks_per_second, _perf_counter() - t0, tagged=tagged)
 
     def close(self) -> None:
         """Stop collecting, flush and disable the kinds (a recorder that keeps them enabled
@@ -267,8 +317,8 @@ class CuptiRecorder:
     def recalibrate(self) -> float:
         """Ticks of CUPTI's clock per second of the host's, measured over ``calibrate_s``."""
         a_ts, a_ns = self._bracket()
-        end = time.perf_counter() + self._calibrate_s
-        while time.perf_counter() < end:
+        end = _perf_counter() + self._calibrate_s
+        while _perf_counter() < end:
             pass
         b_ts, b_ns = self._bracket()
         per_ns = (b_ts - a_ts) / max(b_ns - a_ns, 1)
@@ -281,9 +331,9 @@ class CuptiRecorder:
         """(CUPTI timestamp, host ns at the same instant): the tightest of five brackets."""
         best: Optional[Tuple[int, int, float]] = None
         for _ in range(5):
-            t1 = time.perf_counter_ns()
+            t1 = _perf_counter_ns()
             ts = int(self._timestamp())
-            t2 = time.perf_counter_ns()
+            t2 = _perf_counter_ns()
             if best is None or t2 - t1 < best[0]:
                 best = (t2 - t1, ts, (t1 + t2) / 2)
         assert best is not None

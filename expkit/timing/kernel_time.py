@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Optional, Protocol, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol, Sequence, Set, Tuple
 
 KINDS = ("kernel", "memcpy", "memset")
 
@@ -56,7 +56,8 @@ class GpuRecord:
     ``tag`` is the tag pushed when it was launched (None: launched under no tag of
     the recorder's). ``start``/``end`` are in the recorder's ticks (0: unknown).
     ``correlation``: the number CUPTI gave the API call that launched it (0: unknown);
-    ``launched``: that API call's start on the host, in the recorder's ticks (0: unknown)."""
+    ``launched``: that API call's start on the host, in the recorder's ticks (0: unknown).
+    ``grid`` and ``block``: a kernel's launch dimensions (empty: not read)."""
 
     kind: str
     tag: Optional[int]
@@ -67,6 +68,8 @@ class GpuRecord:
     name: str = ""
     correlation: int = 0
     launched: int = 0
+    grid: Tuple[int, ...] = ()
+    block: Tuple[int, ...] = ()
 
     @property
     def timed(self) -> bool:
@@ -87,6 +90,8 @@ class Recorded:
     host_seconds: float = 0.0
     dropped: int = 0
     tagged: Tuple[Tuple[int, ...], ...] = ()
+    #: Why the recorder's own state is not what it was built with (empty: intact).
+    altered: str = ""
 
 
 class Recorder(Protocol):
@@ -192,23 +197,7 @@ def attribute(recorded: Recorded, chunks: Sequence[ChunkTags], known: Iterable[C
     tps = float(ticks_per_second or recorded.ticks_per_second)
     if tps <= 0:
         raise ValueError(f"ticks_per_second must be positive, got {tps}")
-    ours: Set[int] = set()
-    for c in list(chunks) + list(known):
-        ours.update(c.tags())
-    by_tag: Dict[int, List[GpuRecord]] = {}
-    strangers: List[GpuRecord] = []
-    borrowed: Set[int] = set()  # call tags with a record of another thread's
-    owner = _bracketing_call(recorded.tagged, chunks, known)
-    for r in recorded.records:
-        if r.tag is not None and r.tag in ours:
-            by_tag.setdefault(r.tag, []).append(r)
-            continue
-        t = owner(r) if r.tag is None else None
-        if t is not None:
-            by_tag.setdefault(t, []).append(r)
-            borrowed.add(t)
-        elif r.timed:
-            strangers.append(r)
+    by_tag, strangers, borrowed = _sorted_records(recorded, chunks, known)
     def hold_of(c: ChunkTags) -> Optional[GpuRecord]:
         timed = [r for r in by_tag.get(c.hold, ()) if r.timed]
         return min(timed, key=lambda r: r.start) if timed else None
@@ -249,6 +238,89 @@ def attribute(recorded: Recorded, chunks: Sequence[ChunkTags], known: Iterable[C
                                 other_stream, other_device, foreign, untimed,
                                 None if hold is None else hold.end - hold.start, other_thread))
     return out
+
+
+def _sorted_records(recorded: Recorded, chunks: Sequence[ChunkTags], known: Iterable[ChunkTags]
+                    ) -> Tuple[Dict[int, List[GpuRecord]], List[GpuRecord], Set[int]]:
+    """(records by tag, timed records of no tag of the block, call tags that took a record
+    another thread launched while they ran): the attribution :func:`attribute` and
+    :func:`call_launches` share."""
+    known = list(known)
+    ours: Set[int] = set()
+    for c in list(chunks) + known:
+        ours.update(c.tags())
+    by_tag: Dict[int, List[GpuRecord]] = {}
+    strangers: List[GpuRecord] = []
+    borrowed: Set[int] = set()  # call tags with a record of another thread's
+    owner = _bracketing_call(recorded.tagged, chunks, known)
+    for r in recorded.records:
+        if r.tag is not None and r.tag in ours:
+            by_tag.setdefault(r.tag, []).append(r)
+            continue
+        t = owner(r) if r.tag is None else None
+        if t is not None:
+            by_tag.setdefault(t, []).append(r)
+            borrowed.add(t)
+        elif r.timed:
+            strangers.append(r)
+    return by_tag, strangers, borrowed
+
+
+#: One kernel launch as the per-call launch check compares it: (name, grid, block).
+Launch = Tuple[str, Tuple[int, ...], Tuple[int, ...]]
+
+
+def call_launches(recorded: Recorded, chunks: Sequence[ChunkTags], known: Iterable[ChunkTags] = (),
+                  demangle: Callable[[str], str] = lambda s: s) -> List[Tuple[Launch, ...]]:
+    """Per call of ``chunks``, in order, the kernels the record attributes to it (the same
+    attribution as its span: by tag, and another thread's launches made while it ran), in
+    the order they started, as ``(name, grid, block)``; ``demangle`` turns a recorded name
+    into the profiler's spelling. Copies and sets are left out: the check compares
+    kernels. Harness work (the hold, the L2 flush, the bench's hook) is under tags of its
+    own and never among a call's launches."""
+    by_tag, _, _ = _sorted_records(recorded, chunks, known)
+    names: Dict[str, str] = {}
+
+    def spelled(n: str) -> str:
+        if n not in names:
+            names[n] = demangle(n)
+        return names[n]
+
+    out: List[Tuple[Launch, ...]] = []
+    for c in chunks:
+        for tag in c.call_tags():
+            recs = sorted((r for r in by_tag.get(tag, ()) if r.kind == "kernel"), key=lambda r: (r.start, r.correlation))
+            out.append(tuple((spelled(r.name), tuple(r.grid), tuple(r.block)) for r in recs))
+    return out
+
+
+def launch_summary(calls: Sequence[Tuple[Launch, ...]]) -> Dict[str, Any]:
+    """Per-call launches as plain data, each distinct launch and each distinct sequence
+    once: ``kernels`` ([name, grid, block]), ``sequences`` (indices into ``kernels``) and
+    ``calls`` (an index into ``sequences`` per call)."""
+    kernels: Dict[Launch, int] = {}
+    seqs: Dict[Tuple[int, ...], int] = {}
+    per_call = []
+    for launches in calls:
+        seq = tuple(kernels.setdefault(k, len(kernels)) for k in launches)
+        per_call.append(seqs.setdefault(seq, len(seqs)))
+    return {"kernels": [[n, list(g), list(b)] for (n, g, b) in kernels],
+            "sequences": [list(s) for s in seqs], "calls": per_call}
+
+
+def block_launches(rec: Any, recorded: Recorded, attribution: Optional[Dict[str, Any]], flags: Sequence[str],
+                   demangle: Callable[[str], str] = lambda s: s) -> Dict[str, Any]:
+    """A block's kept calls' launches (:func:`call_launches`, :func:`launch_summary`) as plain
+    data for the parent's per-call launch check; ``altered``: what of the recorder was
+    replaced since it was built, asked through its class so that the instance's own
+    replacement does not answer. Without a record of the timer's own holds the recorder
+    was not recording: ``missing`` instead of the calls."""
+    ask = getattr(type(rec), "altered", None)
+    out: Dict[str, Any] = {"altered": ask(rec) if callable(ask) else ""}
+    if NO_HOLD_RECORD in flags:
+        return {**out, "missing": "no record of the timer's own hold kernel"}
+    at = attribution or {}
+    return {**out, **launch_summary(call_launches(recorded, at.get("kept", ()), at.get("attempted", ()), demangle))}
 
 
 def _bracketing_call(tagged: Sequence[Tuple[int, ...]], chunks: Sequence[ChunkTags],

@@ -28,6 +28,7 @@ FAST = ("measure=quick", "measure.max_seconds=0.3", "measure.min_seconds=0.1", "
 DEFENCE_CHECKS = frozenset({
     "tamper", "global-state", "threads", "recheck", "timer", "channel", "worker", "plausibility", "uninitialised",
     "fallback", "output", "inputs", "identity", "forbidden", "stream", "launch", "crash", "interference",
+    "launches",
 })
 
 #: name -> (verdict, checks that must be among the reasons, the case they must name: "" for
@@ -74,6 +75,11 @@ BAD: Dict[str, Tuple[str, FrozenSet[str], str]] = {
     "sibling_stop": ("invalid", frozenset({"interference"}), "c"),
     "idle_spin_cores": ("invalid", frozenset({"interference"}), "c"),
     "sibling_nice": ("invalid", frozenset({"interference"}), "c"),
+    # issue #49: standard-library functions of the worker's channel replaced once timed
+    # (adv_stdlib*.py): bound before the import, none reaches a message; reported as tamper
+    "stdlib_times": ("invalid", frozenset({"tamper"}), "c"),
+    "stdlib_calls": ("invalid", frozenset({"tamper"}), "c"),
+    "stdlib_reach": ("invalid", frozenset({"tamper"}), "c"),
 }
 
 #: Cheats that use more cores than measure.cpu_threads allows (checks/activity.py's
@@ -169,6 +175,23 @@ def test_cheats_that_act_from_outside_a_worker_are_caught_when_the_workers_come_
     out = run(name, tmp_path, "defences.start_method=forkserver")
     assert out.result["defences"]["start_method"] == "forkserver", out.result["defences"]["start_method"]
     assert out.verdict == verdict and set(checks) <= set(reason_checks(out.result)), out.result["reasons"]
+
+
+def test_a_candidate_that_replaces_the_channels_standard_library_reaches_no_message(tmp_path):
+    """json, hmac, struct, os, select and time functions wrapped once the candidate is timed:
+    the worker's channel calls none of them through the module attribute (it bound the C
+    functions before the import), so a wrapper that shrinks a reply's times or the number of
+    calls asked changes nothing; the tamper check names the replacement. Before issue #49 the
+    same wrappers sat in the path: evidence/defences/adaptive-cheats-channel.md."""
+    out = run("stdlib_reach", tmp_path)
+    err = (tmp_path / "worker-stderr.txt").read_text().splitlines()
+    reach = [ln for ln in err if ln.startswith("adv_stdlib: reach ")]
+    assert reach, err[-5:]
+    import ast
+
+    counts = ast.literal_eval(reach[-1].split("reach ", 1)[1])
+    assert len(counts) == 11 and not any(counts.values()), counts
+    assert out.verdict == "invalid" and "tamper" in reason_checks(out.result), out.result["reasons"]
 
 
 def _told(run_dir: Path) -> str:
@@ -421,6 +444,11 @@ GPU_BAD: Dict[str, Tuple[str, FrozenSet[str]]] = {
     # the baseline's worker stopped from outside while it is timed (checks/interference.py:
     # on a GPU its stops and priority are watched, not its CPU time)
     "sibling_stop": ("invalid", frozenset({"interference"})),
+    # issue #49: the full product under the profiler, half of it on timed calls
+    # (adv_gpu_launches.py): the per-call launch check (bench/launches.py), the recorder's seal
+    "launch_profiler_aware": ("invalid", frozenset({"launches"})),
+    "launch_forged_grid": ("invalid", frozenset({"tamper"})),
+    "launch_stopped_recorder": ("invalid", frozenset({"launches"})),
 }
 GPU_HONEST = ("honest_graph", "honest_joined_stream")
 #: As NEEDS: the stop tests the watch, unconfined.

@@ -296,3 +296,34 @@ def test_kinds_kept_enabled_between_blocks_keep_each_blocks_kernel_time_and_clos
         t.close()
         assert cupti_recorder._ENABLED_IN[0] is None
     assert profiled_kernels() >= 10
+
+
+@pytest.mark.parametrize("cold", [True, False])
+def test_each_timed_calls_launches_match_the_profiled_calls(cold):
+    """The per-call launch check's honest case (bench/launches.py): CUPTI's records of every
+    timed call, names demangled, carry the kernels, grids and blocks torch.profiler showed for
+    one call of the same op on inputs of the same shapes; the L2 flush and the hold are not
+    among them."""
+    from expkit.bench.launches import as_launches, missing
+    from expkit.checks.identity import kernel_row
+    from expkit.checks.recording import capture
+    from expkit.timing.cupti_recorder import open_recorder
+
+    pytest.importorskip("cupti", reason="cupti-python is not installed (pip install 'expkit[gpu]')")
+    a, b = torch.randn(1024, 768, device="cuda"), torch.randn(768, 512, device="cuda")
+    fn = lambda: torch.relu(a @ b).sum(dim=0)  # noqa: E731
+    fn()
+    _, trace = capture(fn, cuda=True)
+    profiled = as_launches([kernel_row(k) for k in trace.kernels])
+    timer = CudaTimer(cold=cold, recorder=open_recorder(names=True))
+    for _ in range(3):
+        timer.sample(fn, 16)
+    got = timer.last_launches
+    assert got is not None and got["altered"] == "" and "calls" in got, got
+    assert len(got["calls"]) == 16
+    kernels = as_launches(got["kernels"])
+    for i in set(got["calls"]):
+        timed = tuple(kernels[j] for j in got["sequences"][i])
+        assert missing(profiled, timed) == [], (profiled, timed)
+        assert len(timed) == len(profiled), (profiled, timed)
+    assert not any(n.startswith("_Z") for n, _, _ in kernels)
