@@ -304,6 +304,13 @@ def context(result: Dict[str, Any], samples: Any, env: Optional[Mapping[str, Any
             hint = settle_hint(c)
             if hint:
                 settle.append(f"`{name}`: {hint}")
+    for name, why in (measured.get("unmeasured") or {}).items():  # declared, never estimated (result.json 5)
+        claim = result.get("claim") or {}
+        claimed = (claim.get("cases") or {}).get(name, claim.get("speedup"))
+        cases.append({"name": cell(name), "baseline": "not measured", "candidate": "not measured",
+                      "speedup": "none", "claimed": fmt_x(claimed) if isinstance(claimed, (int, float)) else "n/a",
+                      "bar": "n/a", "verdict": INCONCLUSIVE, "samples": "none kept"})
+        notes.append(f"`{name}`: not measured: {why}")
     checks = [{"check": cell(f["check"]), "case": cell(f.get("case") or "all"),
                "mark": _MARK[f["ok"]] if f.get("severity", "invalid") == "invalid" or f["ok"] else "warning",
                "message": cell(f["message"])} for f in result.get("checks", [])]
