@@ -186,12 +186,12 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
                 estimates[name] = measure.case_estimate(judged(cs), confidence=settings.measure.confidence,
                                                         resamples=settings.measure.bootstrap,
                                                         seed=run_seed % (2**32), keep=keeps[name])
-            except ValueError:  # every round lost a side to the telemetry's flags
+            except ValueError as e:  # every round lost a side to the telemetry's flags, or no round was whole
                 # The case stays in the result, unmeasured, and the verdict judges it so
                 # (``verdict.rules.decide``): never a verdict on the cases that happened to be measurable.
                 unmeasured[name] = (f"every round lost a side to the telemetry's flags ({sum(flags)} of "
                                     f"{len(flags)} samples flagged: taken at a low SM clock); rerun on a device "
-                                    f"whose clock holds")
+                                    f"whose clock holds" if any(flags) else f"no estimate could be made: {e}")
             note = replicates.describe(name, flags)
             if note is not None:
                 telemetry_note = note
