@@ -133,7 +133,7 @@ class Result:
     report: Path
     wall_seconds: Optional[float] = None
     seed: Optional[int] = None
-    unmeasured: Mapping[str, str] = field(default_factory=dict)
+    unmeasured: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         from ..verdict.rules import EXIT_CODES
@@ -195,6 +195,7 @@ class Result:
                 out.append(f"| {c.name} | {c.speedup:.3g}× | [{c.ci_low:.3g}, {c.ci_high:.3g}] "
                            f"({c.confidence:.0%}) | {c.claimed:.3g}× | {bar} | {c.judged_on} time | "
                            f"{_seconds(c.baseline.median_s)} | {_seconds(c.candidate.median_s)} | {c.verdict or '—'} |")
+        out += [f"- `{name}`: not measured: {why}" for name, why in self.unmeasured.items()]
         out += ["", f"report: `{self.report}`"]
         return "\n".join(out)
 
