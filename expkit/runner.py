@@ -163,6 +163,7 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
     telemetry_note = "not collected (CPU run)" if device != "cuda" else "unavailable"
     clock_logs: Dict[str, Any] = {}
     keeps: Dict[str, List[bool]] = {}
+    unmeasured: Dict[str, str] = {}  # case -> why it has no estimate
     if not any(f.invalidates for f in findings):
         replicates = Replicates(lm, settings, device, pair, run_seed, memory, out_dir)
         got = measure.measure_replicated([c.name for c in m.cases], replicates.open, settings.measure,
@@ -185,8 +186,12 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
                 estimates[name] = measure.case_estimate(judged(cs), confidence=settings.measure.confidence,
                                                         resamples=settings.measure.bootstrap,
                                                         seed=run_seed % (2**32), keep=keeps[name])
-            except ValueError:  # every round lost a side to the telemetry's flags
-                pass
+            except ValueError as e:  # every round lost a side to the telemetry's flags, or no round was whole
+                # The case stays in the result, unmeasured, and the verdict judges it so
+                # (``verdict.rules.decide``): never a verdict on the cases that happened to be measurable.
+                unmeasured[name] = (f"every round lost a side to the telemetry's flags ({sum(flags)} of "
+                                    f"{len(flags)} samples flagged: taken at a low SM clock); rerun on a device "
+                                    f"whose clock holds" if any(flags) else f"no estimate could be made: {e}")
             note = replicates.describe(name, flags)
             if note is not None:
                 telemetry_note = note
@@ -203,7 +208,7 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
     findings += shared
     claims = {c.name: m.claimed(c) for c in m.cases}
     budget = {name: cs.budget_spent for name, cs in measured.items()}
-    v = decide(findings, estimates, claims, m.claim.tolerance, budget, m.aggregate)
+    v = decide(findings, estimates, claims, m.claim.tolerance, budget, m.aggregate, unmeasured)
     busy = {f.case for f in waited if f.case}  # the cases timed while other work held the cores
     loaded = load_findings(v, estimates, pair.evidence.get("resources", {}), busy=busy)
     findings += loaded  # a verdict the host's load could explain (verdict/load.py)
@@ -220,6 +225,7 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
     wall = time.perf_counter() - t_start
     result = _result(lm, settings, v, findings, pre, estimates, measured, claims, env, run_seed, started, wall,
                      _cost(wall, device, env, settings), telemetry_note)
+    result["measured"]["unmeasured"] = dict(unmeasured)
     result.update(_v2_fields(lm, result, rows, clock_logs, telemetry_note))
     ledger = pair.evidence.pop("ledger", None)
     result["defences"] = {"enabled": settings.defences.enabled, **pair.evidence}
@@ -417,7 +423,7 @@ def _result(lm: LoadedManifest, settings: Settings, v: Verdict, findings: Sequen
                   "aggregate": m.aggregate},
         "target": asdict(m.target),
         "claim_mismatch": mismatch,
-        "measured": {"cases": cases, "overall": overall, "confidence": settings.measure.confidence},
+        "measured": {"cases": cases, "overall": overall, "confidence": settings.measure.confidence, "unmeasured": {}},
         "checks": [asdict(f) for f in findings],
         "identity": [{"case": i.case, "candidate": list(i.candidate_ops) + [k["name"] for k in i.candidate_kernels],
                       "baseline": list(i.baseline_ops) + [k["name"] for k in i.baseline_kernels],

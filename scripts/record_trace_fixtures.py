@@ -3,7 +3,7 @@ tests/test_expectations.py read, trimmed to the events expkit's parser uses.
 
 Usage (on a machine with a CUDA GPU, nvcc and ninja):
 
-    python scripts/record_trace_fixtures.py OUT_DIR
+    python scripts/record_trace_fixtures.py OUT_DIR [--gemm]
 
 Writes into OUT_DIR:
 
@@ -24,6 +24,14 @@ Writes into OUT_DIR:
   passes through to SDPA.
 * ``record_log.txt`` -- what ran and what was kept (the 2026-11-21 one is kept
   beside the fixtures).
+
+With ``--gemm`` it records only these (issue 51: one torch call, different kernels), and
+its log goes to ``gemm_record_log.txt``:
+
+* ``gemm_fp64_of_fp32.json`` -- ``(a.double() @ b.double()).float()`` on fp32 1024x1024
+  inputs (a DGEMM); ``gemm_fp32.json`` -- ``a @ b`` on the same (an SGEMM);
+* ``gemm_fp32_of_fp16.json`` -- ``(a.float() @ b.float()).half()`` on fp16 inputs;
+  ``gemm_fp16.json`` -- ``a @ b`` on them (an HGEMM).
 
 Each trace is recorded with :func:`expkit.checks.recording.record_chrome_trace` (so the harness
 stream marker is in it, as in real use), after a warm-up call, then trimmed: kept are
@@ -220,7 +228,8 @@ def save(out_dir: Path, name: str, raw: dict, note: dict) -> None:
 
 
 def main() -> int:
-    out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else "tests/data/traces")
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    out_dir = Path(args[0] if args else "tests/data/traces")
     out_dir.mkdir(parents=True, exist_ok=True)
     if not torch.cuda.is_available():
         log("no CUDA device: nothing recorded")
@@ -244,6 +253,9 @@ def main() -> int:
                                           activities=["cpu", "cuda"] if cuda else ["cpu"]))
         except Exception:  # noqa: BLE001 -- record what we can
             log(f"FAILED {name}:\n" + traceback.format_exc(limit=4))
+
+    if "--gemm" in sys.argv:
+        return record_gemms(out_dir, record)
 
     try:
         basic, vectorized, method = build_kernels()
@@ -288,6 +300,19 @@ def main() -> int:
            what="activities=[CPU] only: custom op expkit_examples::attn_passthrough calling SDPA on CPU fp32")
 
     (out_dir / "record_log.txt").write_text("\n".join(LOG) + "\n")
+    return 0
+
+
+def record_gemms(out_dir: Path, record) -> int:
+    a32, b32 = (torch.randn(1024, 1024, device="cuda") for _ in range(2))
+    a16, b16 = a32.half(), b32.half()
+    record("gemm_fp64_of_fp32", lambda: (a32.double() @ b32.double()).float(),
+           what="(a.double() @ b.double()).float(), fp32 1024x1024 inputs: a DGEMM")
+    record("gemm_fp32", lambda: a32 @ b32, what="a @ b, fp32 1024x1024: an SGEMM")
+    record("gemm_fp32_of_fp16", lambda: (a16.float() @ b16.float()).half(),
+           what="(a.float() @ b.float()).half(), fp16 1024x1024 inputs: an SGEMM")
+    record("gemm_fp16", lambda: a16 @ b16, what="a @ b, fp16 1024x1024: an HGEMM")
+    (out_dir / "gemm_record_log.txt").write_text("\n".join(LOG) + "\n")
     return 0
 
 

@@ -108,7 +108,9 @@ def test_passthrough_to_the_baseline_is_forbidden_on_gpu():
     sdpa = load("sdpa_fp16")
     (forbidden,) = by_check(check_expectations(Expect(), sdpa, sdpa), "forbidden")
     assert not forbidden.ok
-    assert "baseline op `aten::scaled_dot_product_attention` ran in the candidate" in forbidden.message
+    # on the GPU what ran is compared: the kernel, not the op's name (issue 51)
+    assert "baseline op `aten::scaled_dot_product_attention`" not in forbidden.message
+    assert "; reuse judged by kernels, each by its full demangled name (a GPU trace)" in forbidden.message
     assert ("baseline kernel `cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_"
             "4x1x1_cga1x1x1_kernel0_0` ran in the candidate (launched by `aten::_cudnn_attention_forward` "
             "under `aten::scaled_dot_product_attention`)") in forbidden.message
@@ -191,7 +193,8 @@ def test_cpu_passthrough_is_caught_and_allow_lifts_it(cpu_traces):
     (forbidden,) = by_check(findings, "forbidden")  # ... the baseline under it does
     assert not forbidden.ok
     assert forbidden.message == ("baseline op `aten::scaled_dot_product_attention` ran in the candidate "
-                                 "(under `expkit_expect_test::attn_passthrough`)")
+                                 "(under `expkit_expect_test::attn_passthrough`); reuse judged by op names "
+                                 "(no kernel recorded)")
     allowed = Expect(must_run=("expkit_expect_test::*",), allow=("re:^aten::scaled_dot",))
     assert failed(check_expectations(allowed, cpu_traces["passthrough"], cpu_traces["baseline"])) == []
 
@@ -245,7 +248,8 @@ def test_structural_ops_are_not_the_baselines_work():
     assert check_expectations(Expect(), honest, base)[0].ok
     cheat = _trace(["my::kernel"], nested=["aten::zeros", "aten::mm"])
     (f, _) = check_expectations(Expect(), cheat, base)
-    assert not f.ok and f.message == "baseline op `aten::mm` ran in the candidate (under `my::kernel`)"
+    assert not f.ok and f.message == ("baseline op `aten::mm` ran in the candidate (under `my::kernel`); "
+                                      "reuse judged by op names (no kernel recorded)")
 
 
 def test_vacuous_fingerprint_says_so():
@@ -320,3 +324,74 @@ def test_a_side_stream_unordered_at_either_end_is_caught(spin_end, join_start, w
     (stream,) = by_check(check_expectations(Expect(), t, t), "stream")
     assert not stream.ok, why
     assert "ran on stream 29; the harness times stream 7, unordered with it" in stream.message
+
+
+# --- GPU: the reuse rule compares what ran (issue 51) ---------------------------------------
+
+DGEMM = "void gemm_kernel<double, double, double, 128, 64>(double const*, double const*, double*)"
+SGEMM = "void gemm_kernel<float, float, float, 128, 64>(float const*, float const*, float*)"
+
+
+def test_on_gpu_a_shared_op_name_is_not_reuse_when_the_kernels_differ():
+    """The issue's fp32 candidate against an fp64 reference: both call ``aten::matmul``; a
+    DGEMM and an SGEMM are different work (here they differ only by their template's dtype)."""
+    base = _trace(["aten::matmul"], kernels=[DGEMM], gpu=True)
+    cand = _trace(["aten::matmul"], kernels=[SGEMM], gpu=True)
+    (f, *_) = by_check(check_expectations(Expect(), cand, base), "forbidden")
+    assert f.ok, f.message
+    assert f.message == ("none of the baseline's 1 kernel(s) ran in the candidate; reuse judged by kernels, "
+                         "each by its full demangled name (a GPU trace)")
+
+
+def test_on_gpu_a_candidate_that_launches_the_baselines_kernel_is_still_caught():
+    base = _trace(["aten::matmul"], kernels=[DGEMM], gpu=True)
+    cand = _trace(["my::wrapper"], nested=["aten::mm"], kernels=[DGEMM], gpu=True)
+    (f, *_) = by_check(check_expectations(Expect(), cand, base), "forbidden")
+    assert not f.ok and "baseline kernel `gemm_kernel` ran in the candidate" in f.message
+    assert "; reuse judged by kernels, each by its full demangled name (a GPU trace)" in f.message
+
+
+def test_on_cpu_the_op_name_rule_stays_and_says_so():
+    base = _trace(["aten::matmul"])
+    cand = _trace(["aten::matmul"])
+    (f, *_) = by_check(check_expectations(Expect(), cand, base), "forbidden")
+    assert not f.ok and f.message.startswith("baseline op `aten::matmul` ran in the candidate")
+    assert f.message.endswith("; reuse judged by op names (no kernel recorded)")
+
+
+def test_on_gpu_a_baseline_with_only_structural_kernels_falls_back_to_op_names():
+    fill = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float> >(int)"
+    base = _trace(["aten::matmul"], kernels=[fill], gpu=True)
+    (f, *_) = by_check(check_expectations(Expect(), _trace(["aten::matmul"], kernels=[SGEMM], gpu=True), base),
+                       "forbidden")
+    assert not f.ok and f.message.endswith("; reuse judged by op names (no kernel recorded)")
+
+
+# Recorded on an H200 (tests/data/traces/gemm_record_log.txt): one torch call, different kernels.
+SAME_CALL = [("gemm_fp64_of_fp32", "gemm_fp32"),  # DGEMM reference, SGEMM candidate
+             ("gemm_fp32_of_fp16", "gemm_fp16")]  # SGEMM reference, HGEMM candidate
+
+
+@pytest.mark.parametrize("base,cand", SAME_CALL)
+def test_recorded_gemms_in_another_dtype_through_the_same_call_are_not_reuse(base, cand):
+    b, c = load(base), load(cand)
+    assert baseline_fingerprint(b)[0] == ("aten::matmul",) and "aten::matmul" in [o.name for o in c.ops]
+    (f,) = by_check(check_expectations(Expect(), c, b), "forbidden")
+    assert f.ok and f.message.endswith("reuse judged by kernels, each by its full demangled name (a GPU trace)")
+
+
+@pytest.mark.parametrize("base,cand", [("gemm_fp64_of_fp32", "gemm_fp64_of_fp32"), ("gemm_fp32_of_fp16", "gemm_fp32")])
+def test_recorded_gemms_that_launch_the_baselines_kernel_are_reuse(base, cand):
+    """The baseline itself, and an fp32 product whose SGEMM is the one the fp16 reference runs."""
+    (f,) = by_check(check_expectations(Expect(), load(cand), load(base)), "forbidden")
+    assert not f.ok and "baseline kernel `sm" in f.message and "reuse judged by kernels" in f.message
+
+
+def test_without_kernels_the_same_recorded_pair_is_judged_by_op_name():
+    from dataclasses import replace
+
+    cpu = lambda t: replace(t, kernels=(), meta={**t.meta, "activities": ("cpu",)})  # noqa: E731
+    (f,) = by_check(check_expectations(Expect(), cpu(load("gemm_fp32")), cpu(load("gemm_fp64_of_fp32"))),
+                    "forbidden")
+    assert not f.ok and f.message.startswith("baseline op `aten::matmul` ran in the candidate")
+    assert f.message.endswith("reuse judged by op names (no kernel recorded)")

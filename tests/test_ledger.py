@@ -117,7 +117,7 @@ def test_a_version_3_result_loads_with_no_measured_memory(tmp_path):
     raw["memory"] = {k: v for k, v in raw["memory"].items() if k != "measured"}
     store.write_json(tmp_path / store.RESULT, raw)
     data = store.load_result(tmp_path / store.RESULT)
-    assert data["schema_version"] == 4 and data["upgraded_from"] == 3
+    assert data["schema_version"] == 5 and data["upgraded_from"] == 3
     assert data["memory"]["measured"] is None and data["memory"]["input_sets"] == raw["memory"]["input_sets"]
     section = memory_context(data)
     assert section["rows"] == [] and not section["measured"]

@@ -29,6 +29,7 @@ GOLDEN = [
     (DATA / "v1-honest-win", "report-v1-honest-win.md", False),       # an upgraded version-1 result
     (DATA / "synthetic-kernel-time", "report-kernel-time.md", False),  # kernel time and call time (GPU)
     (DATA / "synthetic-processes", "report-processes.md", False),  # five processes (result.json 3)
+    (DATA / "synthetic-unmeasured", "report-unmeasured.md", False),  # a case every round of which was flagged
 ]
 
 

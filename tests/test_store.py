@@ -54,11 +54,12 @@ def test_the_v1_fixture_is_a_real_version_1_file():
 def test_a_version_1_result_loads_upgraded_to_the_current_version():
     raw = json.loads((V1 / store.RESULT).read_text())
     data = store.load_result(V1 / store.RESULT)
-    assert data["schema_version"] == store.RESULT_SCHEMA_VERSION == 4
+    assert data["schema_version"] == store.RESULT_SCHEMA_VERSION == 5
     assert data["upgraded_from"] == 1
     assert data["verdict"] == raw["verdict"]
-    assert {k: v for k, v in data["measured"].items() if k != "cases"} == \
+    assert {k: v for k, v in data["measured"].items() if k not in ("cases", "unmeasured")} == \
         {k: v for k, v in raw["measured"].items() if k != "cases"}
+    assert data["measured"]["unmeasured"] == {}  # 5's key: no record of a case left out before it
     for name, case in raw["measured"]["cases"].items():  # every stored figure kept; 3's fields added
         assert {k: data["measured"]["cases"][name][k] for k in case} == case
         assert data["measured"]["cases"][name]["processes"] == 1
@@ -80,7 +81,7 @@ def test_a_version_2_result_gains_the_one_process_fields_of_version_3():
     path = DATA / "session" / "honest-win" / store.RESULT
     raw = json.loads(path.read_text())
     data = store.load_result(path)
-    assert raw["schema_version"] == 2 and data["schema_version"] == 4 and data["upgraded_from"] == 2
+    assert raw["schema_version"] == 2 and data["schema_version"] == 5 and data["upgraded_from"] == 2
     for name, case in data["measured"]["cases"].items():
         assert {k: case[k] for k in raw["measured"]["cases"][name]} == raw["measured"]["cases"][name]
         assert case["processes"] == 1 and case["per_process"] is None and case["process_spread"] is None

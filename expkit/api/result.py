@@ -10,7 +10,7 @@ report's path.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, List, Mapping, Optional, Tuple
 
@@ -119,6 +119,8 @@ class Result:
     ``exit_code`` is what ``expkit run`` exits with for this verdict (0 supported,
     1 refuted, 3 invalid, 4 inconclusive). ``cases`` holds the cases that were measured,
     in the manifest's order; an ``invalid`` run stopped by its preflight has none.
+    ``unmeasured``: each declared case with no estimate, and why (it makes an ``all``
+    claim ``inconclusive``).
     """
 
     name: str
@@ -131,6 +133,7 @@ class Result:
     report: Path
     wall_seconds: Optional[float] = None
     seed: Optional[int] = None
+    unmeasured: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         from ..verdict.rules import EXIT_CODES
@@ -164,7 +167,8 @@ class Result:
         run_dir = Path(run_dir)
         return cls(name=str(result["name"]), verdict=str(result["verdict"]), reasons=tuple(result.get("reasons") or ()),
                    exit_code=EXIT_CODES[result["verdict"]], cases=cases, overall=overall, run_dir=run_dir,
-                   report=run_dir / store.REPORT, wall_seconds=result.get("wall_seconds"), seed=result.get("seed"))
+                   report=run_dir / store.REPORT, wall_seconds=result.get("wall_seconds"), seed=result.get("seed"),
+                   unmeasured=dict(measured.get("unmeasured") or {}))
 
     # -- display --------------------------------------------------------------------------
     def summary_lines(self) -> List[str]:
@@ -173,6 +177,7 @@ class Result:
         lines += [f"  - {r}" for r in self.reasons[:5]]
         for c in self.cases:
             lines.append(f"  {c.name}: {_speedup_text(c)}")
+        lines += [f"  {name}: not measured: {why}" for name, why in self.unmeasured.items()]
         lines.append(f"  report: {self.report}")
         return lines
 
@@ -190,6 +195,7 @@ class Result:
                 out.append(f"| {c.name} | {c.speedup:.3g}× | [{c.ci_low:.3g}, {c.ci_high:.3g}] "
                            f"({c.confidence:.0%}) | {c.claimed:.3g}× | {bar} | {c.judged_on} time | "
                            f"{_seconds(c.baseline.median_s)} | {_seconds(c.candidate.median_s)} | {c.verdict or '—'} |")
+        out += [f"- `{name}`: not measured: {why}" for name, why in self.unmeasured.items()]
         out += ["", f"report: `{self.report}`"]
         return "\n".join(out)
 

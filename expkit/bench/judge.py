@@ -344,6 +344,17 @@ class _Once:
             self._out, self._done = self.ladder(), True
         return self._out
 
+    def magnitude(self) -> Any:
+        """The ladder's reference on the inputs' absolute values (``checks.rounding``), also once."""
+        if not hasattr(self, "_mag"):
+            try:
+                self._mag: Any = (self.ladder.magnitude(), None)
+            except Exception as e:  # kept, and raised again to every caller
+                self._mag = (None, e)
+        if self._mag[1] is not None:
+            raise self._mag[1]
+        return self._mag[0]
+
 
 def _max_abs_diff(a: Any, b: Any) -> float:
     """max |a - b| in float64, chunk by chunk (``checks.chunks``), on ``a``'s device."""

@@ -58,7 +58,7 @@ def max_abs(t: torch.Tensor) -> float:
     lo_f, hi_f = float(lo), float(hi)
     if lo_f != lo_f or hi_f != hi_f:
         return float("nan")
-    return max(-lo_f, hi_f)
+    return max(-lo_f, hi_f) + 0.0  # + 0.0: a maximum of zeros is 0.0, never -0.0
 
 
 def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -25,8 +25,10 @@ Checks, in the order their findings come back:
 ``forbidden`` (``must_not_run`` and ``forbid_baseline``)
     No op or kernel may match ``must_not_run``. With ``forbid_baseline`` the
     baseline's own work may not appear in the candidate unless ``allow`` matches it:
-    its outermost ops by name, every op of its tree that it called on its own operands
-    by name and operands, and (GPU) every kernel it launched by full name; see
+    on the GPU every kernel it launched, by full name (template arguments, so dtypes,
+    included); where no kernel is known (CPU) its outermost ops by name; under both,
+    every op of its tree that it called on its own operands, by name and operands. The
+    finding says which rule it applied; see :func:`_check_baseline`,
     :func:`baseline_fingerprint` and :func:`baseline_calls`.
 ``launch`` (GPU)
     For each entry, at least one candidate kernel matching the name pattern must
@@ -375,12 +377,31 @@ def _check_must_not_run(expect: Expect, cand: Trace) -> List[Finding]:
     return out
 
 
+#: The words a ``forbidden`` finding ends with, naming the reuse rule it applied.
+RULE_KERNELS = "reuse judged by kernels, each by its full demangled name (a GPU trace)"
+RULE_OPS = "reuse judged by op names (no kernel recorded)"
+
+
 def _check_baseline(expect: Expect, cand: Trace, base: Trace) -> Finding:
+    """The baseline's work in the candidate (``forbid_baseline``), judged by what ran.
+
+    On the GPU, where the baseline's kernels are known, the rule compares kernels by full
+    demangled name, template arguments included (``reduce_kernel<float>`` is not
+    ``reduce_kernel<double>``), and not outermost op names: ``(a.double() @ b.double())``
+    and ``a @ b`` share ``aten::matmul`` and no kernel, a DGEMM and an SGEMM being different
+    work; a candidate that reaches the baseline's own kernel is caught under any op name.
+    Where no kernel is known (a CPU trace, or a baseline that launched only structural
+    ones) the op-name rule stays. Calls on the baseline's own operands (same op, operand
+    classes, sizes and dtypes) are forbidden under both. The finding names the rule."""
     ops, kernels = baseline_fingerprint(base, expect.allow)
     signatures = {c.signature: c for c in baseline_calls(base, expect.allow)}
     gpu = cand.on_gpu and base.on_gpu
     if not gpu:
         kernels = ()
+    by_kernels = bool(kernels)
+    rule = RULE_KERNELS if by_kernels else RULE_OPS
+    if by_kernels:
+        ops = ()  # what ran is compared, not what it was called
     if not ops and not kernels and not signatures:
         return Finding("forbidden", True, "the baseline ran only structural or allowed work "
                        f"({_ran_ops(base)}); nothing of it to forbid, so this check is vacuous")
@@ -408,13 +429,16 @@ def _check_baseline(expect: Expect, cand: Trace, base: Trace) -> Finding:
     if hits:
         fix = ("" if all(h.startswith("baseline op") for h in hits) else
                "; a candidate meant to reuse one of the baseline's calls lists the op under expect.allow")
-        return Finding("forbidden", False, "; ".join(dict.fromkeys(hits)) + fix)
-    desc = f"none of the baseline's outermost ops ({_listing([f'`{n}`' for n in ops], 'none')})"
-    if signatures:
-        desc += f", its {len(signatures)} call(s) on its own operands"
-    if gpu:
-        desc += f" or its {len(kernels)} kernel(s)"
-    return Finding("forbidden", True, desc + " ran in the candidate")
+        return Finding("forbidden", False, "; ".join(dict.fromkeys(hits)) + f"; {rule}" + fix)
+    if by_kernels:
+        desc = f"none of the baseline's {len(kernels)} kernel(s)"
+        if signatures:
+            desc += f" or its {len(signatures)} call(s) on its own operands"
+    else:
+        desc = f"none of the baseline's outermost ops ({_listing([f'`{n}`' for n in ops], 'none')})"
+        if signatures:
+            desc += f", its {len(signatures)} call(s) on its own operands"
+    return Finding("forbidden", True, desc + f" ran in the candidate; {rule}")
 
 
 def _check_launch(expect: Expect, cand: Trace) -> List[Finding]:

@@ -6,7 +6,7 @@ rounding can make it, no more. Per floating output, maxima over the elements::
 
     err_b   = max |b - r|                      the baseline's own error
     err_c   = max |c - r|                      the candidate's error
-    allowed = F * err_b + (C * sqrt(K) * u_acc + eps_out) * max |r|
+    allowed = F * err_b + (C * sqrt(K) * u_acc + eps_out) * max |r| + D * u_acc * max |r_abs|
     pass  iff  err_c <= allowed
 
 * ``F`` (:data:`FACTOR`, the oracle's ``factor``) keeps the rule fair against an inaccurate
@@ -15,6 +15,13 @@ rounding can make it, no more. Per floating output, maxima over the elements::
   far less. ``u_acc`` is the unit roundoff products are summed in (float32 for float32 and the
   half types, float64 for float64); ``eps_out`` one unit in the last place of the output's
   dtype; ``K`` the reduction length (:func:`reduction_length`).
+* ``r_abs`` is the reference run on the absolute values of the floating inputs (``sum |x_i|``
+  for a sum, ``|A| @ |B|`` for a product): the size of what was combined. ``max |r|`` vanishes
+  when the terms cancel and honest rounding does not, so the third term (``D``,
+  :data:`CANCELLATION`) keeps the allowance from vanishing with it. No ``sqrt(K)`` there: a
+  mixed-sign sum's honest error grows like ``u * sum |x_i|``, and a ``sqrt(K)`` would admit a
+  bf16 step. It counts only where the op is a sum of products of its inputs
+  (:func:`combined_magnitude`), and is computed only where an output fails without it.
 * Where ``r`` is not finite, ``c`` must match it; where only ``b`` overflowed, ``c`` may equal
   ``b`` or be within ``allowed`` of ``r``; NaN in ``c`` where ``r`` is finite never passes.
   Integer and bool outputs must be equal.
@@ -26,7 +33,7 @@ cancel, and accumulation in a half type. It cannot catch a downgrade whose error
 (inputs of one sign at K in the thousands: as accurate there as an honest naive sum), nor an
 error in an element tiny next to ``max |r|``; it is unfair to a naive sequential sum of many
 tiny terms next to large ones (raise ``bound``). Why ``allclose`` is not the default, and the
-measured margins behind ``F = 4, C = 2``: docs/decisions.md.
+measured margins behind ``F = 4, C = 2, D = 2``: docs/decisions.md and evidence/README.md.
 """
 
 from __future__ import annotations
@@ -46,6 +53,9 @@ from .chunks import flat_chunks, max_abs, max_abs_diff
 FACTOR = 4.0
 #: C: the constant of the sqrt(K) bound on a sum's error, relative to max |r| (measured: same file).
 BOUND = 2.0
+#: D: the constant of the cancellation term, ``D * u_acc * max |r_abs|`` (module docstring);
+#: measured by ``evidence/numerics/cancellation_sweep.py`` (its output beside it).
+CANCELLATION = 2.0
 
 
 def reduction_length(inputs: Sequence[Any], output: torch.Tensor, declared: Optional[str] = None) -> Tuple[int, str]:
@@ -108,6 +118,11 @@ class OutputError:
     allowed: float
     nonfinite: int  # elements whose non-finite class the candidate does not match
     ok: bool
+    #: max |r_abs|: the reference on the inputs' absolute values, where the op is a sum of
+    #: products of its inputs (:func:`combined_magnitude`); 0 where not used.
+    combined: float = 0.0
+    #: why the cancellation term was not applied, where it was looked for and not used.
+    combined_why: str = ""
 
     @property
     def ratio(self) -> float:
@@ -138,7 +153,7 @@ def _remember(ref: torch.Tensor, base: torch.Tensor, device: Any, scale: float, 
 
 def output_error(index: int, ref: torch.Tensor, base: torch.Tensor, cand: torch.Tensor, k: int, k_how: str,
                  factor: float, *, bound: float = BOUND, reference_is_baseline: bool = False,
-                 first_failure: bool = False) -> OutputError:
+                 first_failure: bool = False, combined: float = 0.0) -> OutputError:
     """The rule for one floating (or complex) output; integer and bool outputs must be equal.
 
     ``first_failure``: where the baseline's figures are already known (so the allowance is
@@ -163,7 +178,7 @@ def output_error(index: int, ref: torch.Tensor, base: torch.Tensor, cand: torch.
     eps_out = float(torch.finfo(real).eps)
     limit = math.inf
     if known is not None and first_failure:
-        limit = _allowed(known[0], known[1], bound, k, u_acc, eps_out, factor, reference_is_baseline)
+        limit = _allowed(known[0], known[1], bound, k, u_acc, eps_out, factor, reference_is_baseline, combined)
     finite = True
     for _, (rc, bc, cc) in flat_chunks(ref, base, cand):
         r = rc.to(device=cand.device, dtype=wide)
@@ -212,15 +227,62 @@ def output_error(index: int, ref: torch.Tensor, base: torch.Tensor, cand: torch.
     elif finite and not reference_is_baseline:
         _remember(ref, base, cand.device, scale, err_b)
     err_c = max(parts) if parts else 0.0
-    allowed = _allowed(scale, err_b, bound, k, u_acc, eps_out, factor, reference_is_baseline)
+    allowed = _allowed(scale, err_b, bound, k, u_acc, eps_out, factor, reference_is_baseline, combined)
     ok = nonfinite == 0 and err_c <= allowed
-    return OutputError(index, bound, err_c, err_b, scale, k, k_how, allowed, nonfinite, ok)
+    return OutputError(index, bound, err_c, err_b, scale, k, k_how, allowed, nonfinite, ok, combined)
 
 
-def _allowed(scale: float, err_b: float, bound: float, k: int, u_acc: float, eps_out: float, factor: float,
-             reference_is_baseline: bool) -> float:
-    second = (bound * math.sqrt(k) * u_acc + eps_out) * scale
+def _allowed(scale: Any, err_b: Any, bound: float, k: int, u_acc: float, eps_out: float, factor: float,
+             reference_is_baseline: bool, combined: Any = 0.0) -> Any:
+    """The allowance (module docstring); elementwise where the figures are tensors (a sweep)."""
+    second = (bound * math.sqrt(k) * u_acc + eps_out) * scale + CANCELLATION * u_acc * combined
     return (2 * second) if reference_is_baseline else (factor * err_b + second)
+
+
+def allowed(scale: Any, err_b: Any, combined: Any, k: int, dtype: torch.dtype, *, factor: float = FACTOR,
+            bound: float = BOUND) -> Any:
+    """The rule's allowance for an output of ``dtype`` against a float64 reference, from its
+    figures (``max |r|``, the baseline's error, ``max |r_abs|``); floats or tensors of them."""
+    real = torch.empty((), dtype=dtype).real.dtype if dtype.is_complex else dtype
+    return _allowed(scale, err_b, bound, k, unit_roundoff(accumulation_dtype(dtype)), float(torch.finfo(real).eps),
+                    factor, False, combined)
+
+
+#: Highest total degree (in the inputs' scale) of an op the cancellation term applies to:
+#: a sum is 1, a product of two operands 2, a chain of three 3.
+MAX_DEGREE = 4
+
+
+def combined_magnitude(ref: torch.Tensor, mag: torch.Tensor, mag2: torch.Tensor) -> Tuple[float, str]:
+    """``max |r_abs|`` for the cancellation term, or 0 and why it does not apply.
+
+    ``mag`` is the reference on the inputs' absolute values, ``mag2`` on twice them. The
+    term is the size of what was combined only where the op is a sum of products of its
+    inputs (a sum, mean, dot, matrix product, cumulative sum, convolution): there
+    ``|r| <= r_abs`` element by element, and ``r_abs`` scales as ``2**d`` with the inputs
+    for one degree ``d``. Elsewhere (an exponential, a normalisation) ``r_abs`` measures
+    nothing that was summed (``exp(|x|)`` of negative ``x`` is huge), so the term is
+    left out and the rule is as before."""
+    if mag.shape != ref.shape or mag2.shape != ref.shape or mag.is_complex() or ref.is_complex():
+        return 0.0, "the reference on the inputs' absolute values has another shape or is complex"
+    top, lo, hi = 0.0, math.inf, 0.0
+    for _, (r, m, m2) in flat_chunks(ref, mag, mag2):
+        r, m, m2 = r.double(), m.to(device=r.device, dtype=torch.float64), m2.to(device=r.device, dtype=torch.float64)
+        if not (bool(torch.isfinite(m).all()) and bool(torch.isfinite(m2).all()) and bool(torch.isfinite(r).all())):
+            return 0.0, "the reference on the inputs' absolute values is not finite"
+        if bool((r.abs() > m * (1 + 1e-9)).any()) or bool((m < 0).any()):
+            return 0.0, "the op is not a sum of products of its inputs (|ref| exceeds it on their absolute values)"
+        nz = m > 0
+        if bool(nz.any()):
+            ratio = m2[nz] / m[nz]
+            lo, hi = min(lo, float(ratio.min())), max(hi, float(ratio.max()))
+        top = max(top, float(m.max()) if m.numel() else 0.0)
+    if top == 0.0:
+        return 0.0, ""
+    d = round(math.log2(hi)) if hi > 0 else 0
+    if not 1 <= d <= MAX_DEGREE or abs(lo / 2 ** d - 1) > 1e-9 or abs(hi / 2 ** d - 1) > 1e-9:
+        return 0.0, "the op is not a sum of products of its inputs (it does not scale as a power of them)"
+    return top, ""
 
 
 def describe(e: OutputError, n_outputs: int, how: str, factor: float) -> str:
@@ -236,9 +298,14 @@ def describe(e: OutputError, n_outputs: int, how: str, factor: float) -> str:
                 f"u + eps) x {e.scale:.3g} = {e.allowed:.3g}")
         return f"{which}rounding rule ({how}; {e.k_how}): worst error {e.err_c:.3g}, allowed {rule}"
     times = f"{e.err_c / e.err_b:.3g}x the baseline's {e.err_b:.3g}" if e.err_b > 0 else "the baseline's is 0"
+    if e.combined:
+        cancel = f"{CANCELLATION:g} x u x {e.combined:.3g}"
+    else:
+        cancel = f"0 (no cancellation term: {e.combined_why})" if e.combined_why else "0 (not needed)"
     return (f"{which}rounding rule (against a {how}; {e.k_how}): the candidate's worst error {e.err_c:.3g} "
-            f"({times}); allowed F x err_b + (C sqrt(K) u + eps) x max|ref| = "
-            f"{factor:g} x {e.err_b:.3g} + ({e.bound:g} x sqrt({e.k}) x u + eps) x {e.scale:.3g} = {e.allowed:.3g}")
+            f"({times}); allowed F x err_b + (C sqrt(K) u + eps) x max|ref| + D u x max|ref on |inputs|| = "
+            f"{factor:g} x {e.err_b:.3g} + ({e.bound:g} x sqrt({e.k}) x u + eps) x {e.scale:.3g} + {cancel} = "
+            f"{e.allowed:.3g}")
 
 
 class ReferenceUnavailable(Exception):
@@ -273,25 +340,38 @@ class ReferenceLadder:
         self.fn, self.inputs, self.host, self.named = fn, tuple(inputs), host, named
         self.how = ""
 
-    def _rungs(self) -> List[Tuple[str, Callable[[], Any]]]:
+    def _rungs(self, scale: Optional[float] = None) -> List[Tuple[str, Callable[[], Any]]]:
+        """The rungs on the inputs, or (``scale``) on ``scale`` times their absolute values."""
         floats = [v for v in self.inputs if isinstance(v, torch.Tensor) and v.is_floating_point()]
         on_cpu = all(v.device.type == "cpu" for v in self.inputs if isinstance(v, torch.Tensor))
         rungs: List[Tuple[str, Callable[[], Any]]] = []
+        inputs = self.inputs if scale is None else magnitudes(self.inputs, scale)
         if self.named is not None:
             named = self.named
-            rungs.append(("float64 reference (the oracle's function)", lambda: named(*upcast(self.inputs, torch.float64))))
+            rungs.append(("float64 reference (the oracle's function)", lambda: named(*upcast(inputs, torch.float64))))
         fn = self.fn
         if fn is not None:
             if not self.host:
                 rungs.append(("float64 reference (the baseline on float64 inputs)",
-                              lambda: fn(*upcast(self.inputs, torch.float64))))
+                              lambda: fn(*upcast(inputs, torch.float64))))
             if self.host or not on_cpu:
                 rungs.append(("float64 reference (the baseline on float64 inputs on the CPU)",
-                              lambda: fn(*upcast(self.inputs, torch.float64, device="cpu"))))
+                              lambda: fn(*upcast(inputs, torch.float64, device="cpu"))))
             if floats and all(torch.finfo(v.dtype).bits < 32 for v in floats):
                 rungs.append(("float32 reference (the baseline on float32 inputs; no float64 run worked)",
-                              lambda: fn(*upcast(self.inputs, torch.float32))))
+                              lambda: fn(*upcast(inputs, torch.float32))))
         return rungs
+
+    def magnitude(self) -> Tuple[Any, Any]:
+        """The reference's rung run on the inputs' absolute values and on twice them (for
+        :func:`combined_magnitude`); raises where there is no reference or an input is complex."""
+        if any(isinstance(v, torch.Tensor) and v.is_complex() for v in self.inputs):
+            raise ReferenceUnavailable("complex inputs")
+        i = self._remembered.get(self._key())
+        if i is None:
+            self()
+            i = self._remembered[self._key()]
+        return self._rungs(1.0)[i][1](), self._rungs(2.0)[i][1]()
 
     def _key(self) -> Tuple[Any, ...]:
         return (id(self.fn), id(self.named), self.host) + tuple(
@@ -315,6 +395,11 @@ class ReferenceLadder:
             self.how = how
             return out
         raise ReferenceUnavailable("; ".join(failures) or "no baseline to run")
+
+
+def magnitudes(values: Sequence[Any], scale: float = 1.0) -> Tuple[Any, ...]:
+    """The floating tensors among ``values`` as ``scale`` times their absolute values, others as they are."""
+    return tuple(v.abs() * scale if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in values)
 
 
 def upcast(values: Sequence[Any], dtype: torch.dtype, device: Optional[str] = None) -> Tuple[Any, ...]:

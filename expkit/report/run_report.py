@@ -270,6 +270,17 @@ def interval_text(cases: Mapping[str, Mapping[str, Any]], conf: str) -> str:
     return " ".join(parts)
 
 
+#: The default oracle's rule in one line, under the evidence of every run it judged
+#: (``checks/rounding.py``; docs/threat-model.md, "The default oracle").
+ORACLE_RULE = ("Correctness (`oracle:rounding`, the default): each output's worst error against a float64 "
+               "reference may be at most F x the baseline's own error + (C sqrt(K) u + eps) x max|ref| + "
+               "D x u x max|ref on |inputs|| (by default F = 4, C = 2, D = 2, the oracle's `factor` and `bound` "
+               "replacing F and C; K the reduction length, u the unit roundoff of the accumulation, eps the "
+               "output's; each finding gives its figures). The last term is the size of what was combined, so an "
+               "honest sum whose terms cancel is not held to its small result; it counts only where the op is a "
+               "sum of products of its inputs.")
+
+
 def context(result: Dict[str, Any], samples: Any, env: Optional[Mapping[str, Any]] = None,
             plots: Optional[Mapping[str, str]] = None, plot_notes: Optional[List[str]] = None) -> Dict[str, Any]:
     """Everything the run template shows, formatted. ``plots`` names the figures that exist."""
@@ -304,6 +315,13 @@ def context(result: Dict[str, Any], samples: Any, env: Optional[Mapping[str, Any
             hint = settle_hint(c)
             if hint:
                 settle.append(f"`{name}`: {hint}")
+    for name, why in (measured.get("unmeasured") or {}).items():  # declared, never estimated (result.json 5)
+        claim = result.get("claim") or {}
+        claimed = (claim.get("cases") or {}).get(name, claim.get("speedup"))
+        cases.append({"name": cell(name), "baseline": "not measured", "candidate": "not measured",
+                      "speedup": "none", "claimed": fmt_x(claimed) if isinstance(claimed, (int, float)) else "n/a",
+                      "bar": "n/a", "verdict": INCONCLUSIVE, "samples": "none kept"})
+        notes.append(f"`{name}`: not measured: {why}")
     checks = [{"check": cell(f["check"]), "case": cell(f.get("case") or "all"),
                "mark": _MARK[f["ok"]] if f.get("severity", "invalid") == "invalid" or f["ok"] else "warning",
                "message": cell(f["message"])} for f in result.get("checks", [])]
@@ -349,6 +367,8 @@ def context(result: Dict[str, Any], samples: Any, env: Optional[Mapping[str, Any
         "not_measured": "the preflight found the run invalid, so no time was spent measuring."
         if result["verdict"] == "invalid" else "no case was measured.",
         "checks": checks,
+        "oracle_rule": ORACLE_RULE if any(f.get("check") == "oracle:rounding" for f in result.get("checks", []))
+        else None,
         "identity": identity,
         "has_kernels": any(i.get("kernels") for i in result.get("identity", [])),
         "defences": _defences(result),

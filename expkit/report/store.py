@@ -38,6 +38,10 @@ result.json history (``schema_version``):
        case's timed blocks, ``checks/activity.py``), and ``defences.relay_policy`` (a
        pinned CPU relay's worker policy, ``SCHED_BATCH`` or ``the parent's``; absent where
        nothing was pinned, ``bench/cores.py``).
+  5 -- adds ``measured.unmeasured`` (issue 51): every declared case with no estimate
+       (every round lost a side to the telemetry's flags), case -> why. Such a case is
+       judged ``inconclusive`` with that reason (``verdict.rules.decide``) and listed in the
+       report's table. Upgrading a 4 sets it to ``{}``: before 5 such a case was left out.
 samples.csv history (column ``schema_version``):
   1 -- case, side, round, position, number, seconds, t_start, t_end, flagged.
   2 -- adds call_seconds (the call's CUDA-event time beside ``seconds`` when ``seconds``
@@ -59,7 +63,7 @@ from typing import Any, Dict, Mapping
 
 import pandas as pd
 
-RESULT_SCHEMA_VERSION = 4
+RESULT_SCHEMA_VERSION = 5
 SAMPLES_SCHEMA_VERSION = 3
 #: Columns of samples.csv after ``schema_version``, in order (the current version's).
 SAMPLE_COLUMNS = ["case", "side", "round", "position", "number", "seconds", "t_start", "t_end", "flagged",
@@ -113,9 +117,20 @@ def _upgrade_3_to_4(data: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
+def _upgrade_4_to_5(data: Dict[str, Any]) -> Dict[str, Any]:
+    """Version 5 lists every declared case: ``measured.unmeasured`` (case -> why it has no
+    estimate). Before it a case with none was left out; nothing records which, so empty."""
+    out = dict(data)
+    if isinstance(data.get("measured"), dict):
+        out["measured"] = {**data["measured"], "unmeasured": {}}
+    out["schema_version"] = 5
+    out.setdefault("upgraded_from", int(data.get("schema_version", 4)))
+    return out
+
+
 # Upgrades from older result.json versions, applied in order on load: version -> function
 # returning the next version's dict. Never edit one once released; add the next instead.
-_UPGRADES: Dict[int, Any] = {1: _upgrade_1_to_2, 2: _upgrade_2_to_3, 3: _upgrade_3_to_4}
+_UPGRADES: Dict[int, Any] = {1: _upgrade_1_to_2, 2: _upgrade_2_to_3, 3: _upgrade_3_to_4, 4: _upgrade_4_to_5}
 
 
 def atomic_write(path: Path, data: bytes | str) -> None:

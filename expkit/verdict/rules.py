@@ -87,13 +87,24 @@ def decide(
     tolerance: float,
     budget_spent: Mapping[str, bool],
     aggregate: str = "all",
+    unmeasured: Mapping[str, str] = {},
 ) -> Verdict:
-    """The overall verdict and its reasons, each reason naming the check behind it."""
+    """The overall verdict and its reasons, each reason naming the check behind it.
+
+    Every declared case is judged: one in ``unmeasured`` (case -> why no estimate could be
+    made) is ``inconclusive`` with that reason, so under ``all`` the claim cannot be
+    ``supported`` on the cases that happened to be measurable."""
     bad = [f for f in findings if f.invalidates]
     if bad:
         return Verdict(INVALID, tuple(f.reason() for f in bad))
     cases = tuple(judge_case(c, estimates[c], claims[c], tolerance, budget_spent.get(c, False)) for c in estimates)
+    cases += tuple(unmeasured_case(c, claims[c], tolerance, why) for c, why in unmeasured.items() if c not in estimates)
     return combine(cases, aggregate)
+
+
+def unmeasured_case(case: str, claimed: float, tolerance: float, why: str) -> CaseVerdict:
+    """A declared case with no estimate: ``inconclusive``, its reason kept."""
+    return CaseVerdict(case, INCONCLUSIVE, claimed, claimed * (1 - tolerance), f"not measured: {why}")
 
 
 def combine(cases: Sequence[CaseVerdict], aggregate: str = "all") -> Verdict:

@@ -89,6 +89,13 @@ def headline(result: dict) -> str:
         return (f"**REFUTED**: the claimed {said} speedup{src} is not borne out on {where}: "
                 f"measured {phrase}.")
     first = result["reasons"][0] if result.get("reasons") else ""
+    lost = result.get("measured", {}).get("unmeasured") or {}
+    if lost:
+        # A declared case with no estimate (result.json 5): the claim rests on every case.
+        name, why = next(iter(lost.items()))
+        more = f" (and {len(lost) - 1} more)" if len(lost) > 1 else ""
+        return (f"**INCONCLUSIVE**: the claimed {said} speedup{src} is neither demonstrated nor refuted on "
+                f"{where}: the measured cases ran {phrase}, but case `{name}`{more} could not be measured: {why}.")
     if first and not first.startswith("speedup ["):
         # Made inconclusive by a warning (share, load, plausibility, the workload), whatever the
         # interval: the reason comes first, and the interval may clear or miss the bar.
