@@ -1,0 +1,535 @@
+"""The audit of a generation run, from its stored files: records, the field's summary, claims.
+
+``expkit audit`` (:mod:`expkit.suites.audit`) judges every candidate of a run and keeps,
+in its session folder, ``audit.json`` (the plan: candidates, settings, claims) and
+``candidates.jsonl`` (one record per finished attempt, streamed as each ends). This
+module reads them back and nothing else, so ``audit.md`` can be re-rendered later.
+
+A record says whether the candidate is **correct** -- it passed every check and its
+speedup was measured (``supported``, ``refuted`` or ``inconclusive`` with a figure) --
+its measured speedup and interval, and for the others a **category** (:func:`classify`):
+a *failure* any evaluation would see (does not compile, crashes, hangs, runs out of
+memory, wrong output) or a *cheat* (its outputs pass a plain check; one of expkit's
+defences caught it), or an *error* (the problem itself could not run).
+
+The summary is KernelBench's (``src/kernelbench/score.py``, ``scripts/benchmark_eval_analysis.py``):
+``fast_p`` is the fraction of units that are correct with speedup > p, for p in
+0, 0.5, 0.8, 1.0, 1.5, 2.0; the geometric-mean speedup is over the correct units only;
+the correctness rate is correct over all. KernelBench scores one sample per problem
+(``sample_id`` 0; a problem without one counts as failed), so the **first** view does
+the same; the **every candidate** view counts each sample, and **best of k** takes the
+best correct sample per problem. Intervals (:func:`summarise`): Wilson score intervals
+for the rates over problems (first, best of k), and a percentile bootstrap that
+resamples problems (seeded, so a report re-renders the same) for every geometric mean
+and for the every-candidate rates, whose samples of one problem are not independent.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from ..core.errors import ExpkitError
+from . import store
+
+AUDIT = "audit.json"
+RECORDS = "candidates.jsonl"
+AUDIT_REPORT = "audit.md"
+AUDIT_SCHEMA_VERSION = 1
+RECORD_SCHEMA_VERSION = 1
+THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+BOOTSTRAP = 2000
+SEED = 0
+MEASURED = ("supported", "refuted", "inconclusive")
+
+FAILURE, CHEAT, ERROR = "failure", "cheat", "error"
+#: Failure categories, strongest first: a candidate that does not compile is that, whatever else was found.
+FAILURES = ("does not compile", "hangs", "out of memory", "crashes", "wrong output")
+#: A failed check's name (before any ``:``) -> the cheat it is evidence of.
+CHEATS = {
+    "forbidden": "runs the baseline's own ops", "identity": "runs the baseline's own ops",
+    "recheck": "replays or skips work once timed", "inputs": "writes to its inputs",
+    "output": "returns a stale or aliased output", "threads": "works outside the timed call",
+    "children": "works outside the timed call", "tamper": "tampers with the harness",
+    "timer": "tampers with the harness", "global-state": "tampers with the harness",
+    "channel": "tampers with the harness", "fallback": "falls back to other code on odd sizes",
+    "stream": "works off the timed stream", "launch": "launch configuration not as claimed",
+    "interference": "interferes with the baseline", "calibration": "output no better than doing nothing",
+}
+_COMPILE_WORDS = ("failed to import", "SyntaxError", "defines no `ModelNew`", "error building extension",
+                  "CalledProcessError", "ninja")
+_MEMORY_WORDS = ("out-of-memory", "out of memory", "OutOfMemoryError")
+
+
+# --- one candidate --------------------------------------------------------------------------
+
+
+def _failed(result: Mapping[str, Any]) -> List[Mapping[str, Any]]:
+    return [c for c in result.get("checks") or []
+            if not c.get("ok") and (c.get("severity") == "invalid" or c.get("check") == "memory")]
+
+
+def _failure_of(check: str, message: str) -> Optional[str]:
+    base = check.split(":", 1)[0]
+    if base in ("worker", "crash", "memory"):
+        if any(w in message for w in _COMPILE_WORDS):
+            return "does not compile"
+        if "timed out" in message or "did not answer in time" in message:
+            return "hangs"
+        if base == "memory" or any(w in message for w in _MEMORY_WORDS):
+            return "out of memory"
+        return "crashes"
+    if base in ("oracle", "uninitialised"):
+        return "wrong output"
+    return None
+
+
+def classify(result: Mapping[str, Any]) -> Tuple[Optional[str], Optional[str], str]:
+    """``(category, kind, reason)`` of a stored result; ``(None, None, "")`` for a correct one.
+
+    The strongest failure wins (:data:`FAILURES`): a candidate that crashes and also
+    ran a forbidden op is a crash, which no evaluation would count as a win. Else the
+    first failed check that names a cheat (:data:`CHEATS`); else the first failed check.
+    """
+    if is_correct(result):
+        return None, None, ""
+    failed = _failed(result)
+    reasons = list(result.get("reasons") or [])
+    failures = [(_failure_of(c["check"], c.get("message", "")), c) for c in failed]
+    for name in FAILURES:
+        for cat, c in failures:
+            if cat == name:
+                return name, FAILURE, _reason(c)
+    for c in failed:
+        cat = CHEATS.get(c["check"].split(":", 1)[0])
+        if cat:
+            return cat, CHEAT, _reason(c)
+    if failed:
+        return failed[0]["check"], CHEAT, _reason(failed[0])
+    if result.get("verdict") in MEASURED:
+        return "not measured", FAILURE, reasons[0] if reasons else "no speedup was measured"
+    return "invalid", FAILURE, reasons[0] if reasons else "no reason recorded"
+
+
+def _reason(check: Mapping[str, Any]) -> str:
+    case = f" [case {check['case']}]" if check.get("case") else ""
+    return f"{check['check']}{case}: {check.get('message', '')}"
+
+
+def is_correct(result: Mapping[str, Any]) -> bool:
+    """Passed every check and has a measured speedup (the sense of KernelBench's ``correctness``)."""
+    overall = (result.get("measured") or {}).get("overall")
+    return result.get("verdict") in MEASURED and bool(overall) and overall.get("speedup") is not None
+
+
+def record(candidate: Mapping[str, Any], *, status: str, result: Optional[Mapping[str, Any]], attempt: int,
+           preset: str, final: bool, seconds: float, run_dir: str, note: str = "") -> Dict[str, Any]:
+    """One line of ``candidates.jsonl``: the candidate's identity and how this attempt ended."""
+    rec: Dict[str, Any] = {"schema_version": RECORD_SCHEMA_VERSION, **{k: candidate[k] for k in (
+        "candidate", "level", "problem", "problem_name", "sample")}, "attempt": attempt, "preset": preset,
+        "final": final, "status": status, "seconds": round(float(seconds), 3), "run_dir": run_dir}
+    if result is None:
+        rec.update(verdict=None, correct=False, speedup=None, ci_low=None, ci_high=None, category="problem error",
+                   kind=ERROR, reason=note or "the manifest could not run")
+        return rec
+    overall = (result.get("measured") or {}).get("overall") or {}
+    category, kind, reason = classify(result)
+    rec.update(verdict=result.get("verdict"), correct=is_correct(result), speedup=overall.get("speedup"),
+               ci_low=overall.get("ci_low"), ci_high=overall.get("ci_high"), category=category, kind=kind,
+               reason=reason[:400])
+    return rec
+
+
+def final_records(session_dir: Path) -> List[Dict[str, Any]]:
+    """The last record of each candidate in ``candidates.jsonl`` (a later attempt replaces an earlier)."""
+    path = Path(session_dir) / RECORDS
+    out: Dict[str, Dict[str, Any]] = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                out[rec["candidate"]] = rec
+    return list(out.values())
+
+
+def all_records(session_dir: Path) -> List[Dict[str, Any]]:
+    path = Path(session_dir) / RECORDS
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.is_file() else []
+
+
+# --- the summary ----------------------------------------------------------------------------
+
+
+def wilson(k: int, n: int, confidence: float = 0.95) -> Tuple[Optional[float], Optional[float]]:
+    """Wilson score interval of ``k`` successes in ``n`` independent trials."""
+    if n == 0:
+        return None, None
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    p = k / n
+    mid = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (0.0 if k == 0 else max(0.0, mid - half)), (1.0 if k == n else min(1.0, mid + half))
+
+
+def _bootstrap(num: Sequence[float], den: Sequence[float], confidence: float, *, log: bool = False,
+               n_boot: int = BOOTSTRAP, seed: int = SEED) -> Tuple[Optional[float], Optional[float]]:
+    """Percentile interval of ``sum(num)/sum(den)`` (``exp`` of it with ``log``) over problems resampled."""
+    import numpy as np
+
+    num_a, den_a = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    if int((den_a > 0).sum()) < 2:
+        return None, None  # one problem (or none) holds every unit: resampling problems shows nothing
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(num_a), size=(n_boot, len(num_a)))
+    d = den_a[idx].sum(axis=1)
+    keep = d > 0
+    stat = num_a[idx].sum(axis=1)[keep] / d[keep]
+    if log:
+        stat = np.exp(stat)
+    alpha = (1 - confidence) / 2
+    return float(np.quantile(stat, alpha)), float(np.quantile(stat, 1 - alpha))
+
+
+def _units(records: Sequence[Mapping[str, Any]], view: str) -> Dict[Tuple[Any, Any], List[Dict[str, Any]]]:
+    """Per problem, the units a view scores: its sample 0, every sample, or its best correct one."""
+    problems: Dict[Tuple[Any, Any], List[Mapping[str, Any]]] = {}
+    for r in records:
+        problems.setdefault((r["level"], r["problem"]), []).append(r)
+    out: Dict[Tuple[Any, Any], List[Dict[str, Any]]] = {}
+    missing = {"correct": False, "speedup": None, "ci_low": None}
+    for key, rs in sorted(problems.items(), key=lambda kv: (str(kv[0][0]), _num(kv[0][1]))):
+        if view == "all":
+            out[key] = [dict(r) for r in rs]
+        elif view == "first":
+            first = [r for r in rs if r["sample"] == 0]
+            out[key] = [dict(first[0]) if first else dict(missing)]
+        else:
+            good = [r for r in rs if r["correct"]]
+            out[key] = [{"correct": True, "speedup": max(r["speedup"] for r in good),
+                         "ci_low": max(r["ci_low"] or 0.0 for r in good)} if good else dict(missing)]
+    return out
+
+
+def _num(x: Any) -> Any:
+    try:
+        return (0, int(x))
+    except (TypeError, ValueError):
+        return (1, str(x))
+
+
+def _rate(per_problem: Sequence[Tuple[int, int]], clustered: bool, confidence: float) -> Dict[str, Any]:
+    k, n = sum(a for a, _ in per_problem), sum(b for _, b in per_problem)
+    lo, hi = (_bootstrap([a for a, _ in per_problem], [b for _, b in per_problem], confidence) if clustered
+              else wilson(k, n, confidence))
+    return {"k": k, "n": n, "value": k / n if n else None, "ci_low": lo, "ci_high": hi}
+
+
+def summarise(records: Sequence[Mapping[str, Any]], thresholds: Sequence[float] = THRESHOLDS,
+              confidence: float = 0.95) -> Dict[str, Any]:
+    """The field's measures for each view (``first``, ``all``, ``best``), each with its interval."""
+    views: Dict[str, Any] = {}
+    for view in ("first", "all", "best"):
+        units = _units(records, view)
+        clustered = view == "all"
+        rows = list(units.values())
+        out: Dict[str, Any] = {"problems": len(rows), "units": sum(len(u) for u in rows)}
+        out["correct"] = _rate([(sum(bool(u["correct"]) for u in us), len(us)) for us in rows], clustered,
+                               confidence)
+        logs = [[math.log(u["speedup"]) for u in us if u["correct"] and u["speedup"]] for us in rows]
+        n_ok = sum(len(x) for x in logs)
+        gm = math.exp(sum(sum(x) for x in logs) / n_ok) if n_ok else None
+        lo, hi = _bootstrap([sum(x) for x in logs], [len(x) for x in logs], confidence, log=True)
+        out["geomean"] = {"value": gm, "n": n_ok, "ci_low": lo, "ci_high": hi}
+        out["fast_p"] = {}
+        for p in thresholds:
+            point = [(sum(bool(u["correct"] and u["speedup"] > p) for u in us), len(us)) for us in rows]
+            lower = [(sum(bool(u["correct"] and (u["ci_low"] or 0.0) > p) for u in us), len(us)) for us in rows]
+            out["fast_p"][_p(p)] = {**_rate(point, clustered, confidence),
+                                    "lower_bound": _rate(lower, clustered, confidence)}
+        views[view] = out
+    return views
+
+
+def _p(p: float) -> str:
+    return f"{p:g}"
+
+
+def invalid_counts(records: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+    """Per category of not-correct candidates: kind, count, first-sample count, and what timing said."""
+    rows: Dict[str, Dict[str, Any]] = {}
+    for r in records:
+        if r["correct"]:
+            continue
+        row = rows.setdefault(r["category"], {"category": r["category"], "kind": r["kind"], "candidates": 0,
+                                              "first": 0, "timed": [], "example": r["candidate"]})
+        row["candidates"] += 1
+        row["first"] += int(r["sample"] == 0)
+        if r.get("speedup") is not None:
+            row["timed"].append(float(r["speedup"]))
+    order = {CHEAT: 0, FAILURE: 1, ERROR: 2}
+    return sorted(rows.values(), key=lambda x: (order.get(x["kind"], 3), -x["candidates"], x["category"]))
+
+
+# --- claims ---------------------------------------------------------------------------------
+
+
+def read_claims(path: Path) -> Dict[str, Any]:
+    """A run's own figures: per-problem speedups (CSV or JSON) and/or a summary (JSON).
+
+    CSV: columns ``problem`` (id or name), ``speedup``, optionally ``sample`` (default 0)
+    and ``level``. JSON: ``{"problems": [{"problem", "sample", "speedup"}, ...]}`` or
+    ``{"<problem>": speedup}``, and/or the summary ``benchmark_eval_analysis.py`` writes
+    (``fast_p``, ``geo_mean_speedup``, ``correctness_rate``). Returns
+    ``{"problems": [...], "summary": {...}}``; a file expkit cannot read is one line (exit 2).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ExpkitError(f"--claims {path}: no such file")
+    try:
+        if path.suffix.lower() == ".csv":
+            with open(path, newline="") as f:
+                rows = list(csv.DictReader(f))
+            if not rows or not {"problem", "speedup"} <= set(rows[0]):
+                raise ValueError("needs the columns problem and speedup (sample and level optional)")
+            return {"problems": [_claim_row(r) for r in rows], "summary": {}}
+        data = json.loads(path.read_text())
+    except (ValueError, KeyError, TypeError, OSError) as e:
+        raise ExpkitError(f"--claims {path}: {e}; give a CSV with columns problem,sample,speedup or a JSON "
+                          "summary (fast_p, geo_mean_speedup, correctness_rate)") from None
+    if not isinstance(data, dict):
+        raise ExpkitError(f"--claims {path}: expected a JSON object (problems and/or summary figures)")
+    summary = {k: data[k] for k in ("fast_p", "geo_mean_speedup", "correctness_rate") if k in data}
+    if isinstance(data.get("summary"), dict):
+        summary.update(data["summary"])
+    if isinstance(data.get("problems"), list):
+        problems = [_claim_row(r) for r in data["problems"]]
+    else:
+        problems = [{"level": None, "problem": _key(k), "sample": 0, "speedup": float(v)}
+                    for k, v in data.items() if isinstance(v, (int, float)) and k not in summary]
+    if not problems and not summary:
+        raise ExpkitError(f"--claims {path}: no per-problem speedup and no summary figure found")
+    return {"problems": problems, "summary": summary}
+
+
+def _key(x: Any) -> Any:
+    s = str(x).strip()
+    return int(s) if s.isdigit() else s
+
+
+def _claim_row(r: Mapping[str, Any]) -> Dict[str, Any]:
+    level = r.get("level")
+    return {"level": int(level) if level not in (None, "") else None, "problem": _key(r["problem"]),
+            "sample": int(r.get("sample") or 0), "speedup": float(r["speedup"])}
+
+
+def _matches(claim: Mapping[str, Any], rec: Mapping[str, Any]) -> bool:
+    if claim["level"] is not None and claim["level"] != rec["level"]:
+        return False
+    return claim["sample"] == rec["sample"] and claim["problem"] in (rec["problem"], rec["problem_name"])
+
+
+def claims_against(records: Sequence[Mapping[str, Any]], claims: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """Each per-problem claim beside the measurement of the same candidate, with a reading."""
+    out = []
+    for c in claims.get("problems") or []:
+        rec = next((r for r in records if _matches(c, r)), None)
+        reading = _reading(c["speedup"], rec)
+        out.append({"claim": c, "record": rec, "reading": reading})
+    return out
+
+
+def _reading(claimed: float, rec: Optional[Mapping[str, Any]]) -> str:
+    if rec is None:
+        return "no such candidate in the audit"
+    if not rec["correct"]:
+        return f"not correct: {rec['category']}"
+    lo, hi = rec.get("ci_low"), rec.get("ci_high")
+    if lo is None or hi is None:
+        return "measured without an interval"
+    if claimed > hi:
+        return "overstated: the claim is above the interval"
+    if claimed < lo:
+        return "understated: the claim is below the interval"
+    return "consistent: the claim is inside the interval"
+
+
+def summary_against(views: Mapping[str, Any], claims: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """The run's summary figures beside KernelBench's own view (first sample per problem)."""
+    s = claims.get("summary") or {}
+    first = views["first"]
+    rows = []
+    if "correctness_rate" in s:
+        rows.append(("correctness rate", float(s["correctness_rate"]), first["correct"]))
+    if "geo_mean_speedup" in s:
+        rows.append(("geometric-mean speedup", float(s["geo_mean_speedup"]), first["geomean"]))
+    for p, v in sorted((s.get("fast_p") or {}).items(), key=lambda kv: float(kv[0])):
+        got = first["fast_p"].get(_p(float(p)))
+        if got is not None:
+            rows.append((f"fast_{_p(float(p))}", float(v), got))
+    out = []
+    for name, claimed, got in rows:
+        lo, hi = got.get("ci_low"), got.get("ci_high")
+        if got.get("value") is None or lo is None:
+            reading = "not measured"
+        elif claimed > hi:
+            reading = "above the interval"
+        elif claimed < lo:
+            reading = "below the interval"
+        else:
+            reading = "inside the interval"
+        out.append({"measure": name, "claimed": claimed, "measured": got, "reading": reading})
+    return out
+
+
+# --- the report -----------------------------------------------------------------------------
+
+
+def load_audit(session_dir: Path) -> Dict[str, Any]:
+    path = Path(session_dir) / AUDIT
+    if not path.is_file():
+        raise ExpkitError(f"{session_dir}: not an audit folder (no {AUDIT})")
+    data = json.loads(path.read_text())
+    if int(data.get("schema_version", 0)) != AUDIT_SCHEMA_VERSION:
+        raise ExpkitError(f"{path}: schema_version {data.get('schema_version')} is not one this expkit reads "
+                          f"({AUDIT_SCHEMA_VERSION})")
+    return data
+
+
+def _frac(x: Mapping[str, Any]) -> str:
+    if x.get("value") is None:
+        return "n/a"
+    iv = f" [{x['ci_low']:.2f}, {x['ci_high']:.2f}]" if x.get("ci_low") is not None else ""
+    return f"{x['value']:.2f}{iv} ({x['k']}/{x['n']})"
+
+
+def _gm(x: Mapping[str, Any]) -> str:
+    from ..verdict.wording import fmt_x
+
+    if x.get("value") is None:
+        return "n/a (nothing correct)"
+    iv = f" [{fmt_x(x['ci_low'])}, {fmt_x(x['ci_high'])}]" if x.get("ci_low") is not None else ""
+    return f"{fmt_x(x['value'])}{iv} (over {x['n']})"
+
+
+def _speed(r: Optional[Mapping[str, Any]]) -> str:
+    from ..verdict.wording import fmt_x
+
+    if not r or r.get("speedup") is None:
+        return "not measured"
+    iv = f" [{fmt_x(r['ci_low'])}, {fmt_x(r['ci_high'])}]" if r.get("ci_low") is not None else ""
+    return f"{fmt_x(r['speedup'])}{iv}"
+
+
+def context(session_dir: Path) -> Dict[str, Any]:
+    """Everything ``audit.md`` shows, computed from ``audit.json`` and ``candidates.jsonl`` alone."""
+    from ..verdict.wording import fmt_x
+    from .formatting import cell, fmt_duration
+
+    session_dir = Path(session_dir)
+    plan = load_audit(session_dir)
+    records = final_records(session_dir)
+    attempts = all_records(session_dir)
+    thresholds = tuple(plan.get("thresholds") or THRESHOLDS)
+    conf = float(plan.get("confidence") or 0.95)
+    views = summarise(records, thresholds, conf)
+    table = [{"measure": "correct", **{v: _frac(views[v]["correct"]) for v in views}},
+             {"measure": "geometric-mean speedup of the correct", **{v: _gm(views[v]["geomean"]) for v in views}}]
+    for p in thresholds:
+        table.append({"measure": f"fast_{_p(p)}", **{v: _frac(views[v]["fast_p"][_p(p)]) for v in views}})
+    lower = [{"measure": f"fast_{_p(p)}", "point": _frac(views["first"]["fast_p"][_p(p)]),
+              "lower": _frac(views["first"]["fast_p"][_p(p)]["lower_bound"])} for p in thresholds]
+    invalid = [{**row, "timed": (f"{len(row['timed'])} timed, median {fmt_x(sorted(row['timed'])[len(row['timed']) // 2])}, "
+                                 f"{sum(t > 1 for t in row['timed'])} above 1×") if row["timed"] else "never timed"}
+               for row in invalid_counts(records)]
+    by_name = {r["candidate"]: r for r in records}
+    planned = plan.get("candidates") or []
+    rows = []
+    for c in planned:
+        r = by_name.get(c["candidate"])
+        tries = [a for a in attempts if a["candidate"] == c["candidate"]]
+        rows.append({
+            "candidate": cell(c["candidate"]), "problem": cell(f"{c['problem_name']}"), "sample": c["sample"],
+            "verdict": (r["verdict"] or r["status"]) if r else "not run", "measured": _speed(r),
+            "category": cell(r["category"] or "") if r else "", "attempts": " → ".join(
+                f"{a['preset']}: {a['verdict'] or a['status']}" for a in tries) or "none",
+            "seconds": fmt_duration(sum(a["seconds"] for a in tries)) if tries else "n/a",
+            "reason": cell((r["reason"] or "")[:160] + ("…" if len(r["reason"] or "") > 160 else "")) if r else "",
+            "report": f"[report]({r['run_dir']}/report.md)" if r and (session_dir / r["run_dir"] / "report.md").is_file()
+            else "",
+        })
+    claims = plan.get("claims")
+    claim_rows = []
+    summary_rows = []
+    if claims:
+        for row in claims_against(records, claims):
+            c, r = row["claim"], row["record"]
+            claim_rows.append({"problem": cell(c["problem"]), "sample": c["sample"], "claimed": fmt_x(c["speedup"]),
+                               "measured": _speed(r), "verdict": (r["verdict"] or r["status"]) if r else "n/a",
+                               "reading": cell(row["reading"])})
+        for row in summary_against(views, claims):
+            m = row["measured"]
+            shown = _gm(m) if "geometric" in row["measure"] else _frac(m)
+            claimed = fmt_x(row["claimed"]) if "geometric" in row["measure"] else f"{row['claimed']:.2f}"
+            summary_rows.append({"measure": row["measure"], "claimed": claimed, "measured": shown,
+                                 "reading": row["reading"]})
+    first_pass = [a for a in attempts if a["attempt"] == 1]
+    inconclusive_first = [a["candidate"] for a in first_pass if a["verdict"] == "inconclusive"]
+    retried = sorted({a["candidate"] for a in attempts if a["attempt"] > 1})
+    still = [c for c in inconclusive_first if (by_name.get(c) or {}).get("verdict") == "inconclusive"]
+    seconds = sum(a["seconds"] for a in attempts)
+    wall = plan.get("wall_seconds")
+    n = len(planned)
+    return {
+        "title": cell(plan.get("name") or session_dir.name),
+        "source": cell(", ".join(plan.get("inputs") or [])),
+        "problems_root": cell(plan.get("problems_root") or "n/a"),
+        "n_candidates": n, "n_problems": views["all"]["problems"], "finished": len(records),
+        "preset": plan.get("preset"), "device": plan.get("device"),
+        "table": table, "lower": lower, "invalid": invalid, "rows": rows,
+        "claims": claim_rows, "summary_claims": summary_rows, "has_claims": bool(claims),
+        "confidence": f"{conf:.0%}", "bootstrap": BOOTSTRAP, "seed": SEED,
+        "retry": {"inconclusive": len(inconclusive_first), "retried": len(retried), "left": len(still),
+                  "retries": plan.get("retries"), "budget": plan.get("budget_seconds"),
+                  "spent": fmt_duration(sum(a["seconds"] for a in attempts if a["attempt"] > 1))},
+        "cost": {"wall": fmt_duration(wall) if wall is not None else "n/a", "worker": fmt_duration(seconds),
+                 "per_candidate": fmt_duration(seconds / n) if n else "n/a",
+                 "per_candidate_wall": fmt_duration(wall / n) if n and wall is not None else "n/a",
+                 "attempts": len(attempts), "slots": plan.get("slots")},
+        "missing_problems": plan.get("problems_without_candidates") or [],
+        "orphans": plan.get("orphans") or [],
+        "interrupted": bool(plan.get("interrupted")),
+    }
+
+
+def render(session_dir: Path) -> str:
+    """``audit.md`` of an audit folder, from its stored files alone."""
+    from .formatting import template_env
+
+    return template_env().get_template("audit.md.j2").render(**context(session_dir))
+
+
+def write(session_dir: Path) -> Path:
+    out = Path(session_dir) / AUDIT_REPORT
+    store.atomic_write(out, render(session_dir))
+    return out
+
+
+def append_record(session_dir: Path, rec: Mapping[str, Any]) -> None:
+    """Add one record to ``candidates.jsonl`` (one line, flushed at once, so a reader sees whole lines)."""
+    with open(Path(session_dir) / RECORDS, "a") as f:
+        f.write(json.dumps(rec, sort_keys=True) + "\n")
+        f.flush()
+
+
+def problems_of(records: Iterable[Mapping[str, Any]]) -> List[Any]:
+    return sorted({r["problem"] for r in records}, key=_num)
+
+
+def terminal_summary(session_dir: Path) -> str:
+    """What ``expkit audit`` prints: ``audit.md`` up to its table of candidates."""
+    text = render(session_dir)
+    return text.split("\n## Candidates", 1)[0].rstrip()

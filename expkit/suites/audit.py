@@ -1,0 +1,387 @@
+"""``expkit audit PATH``: judge every candidate of a kernel-generation run, then summarise it.
+
+The input is a generation run in KernelBench's layout -- a folder of
+``level_{L}_problem_{P}_sample_{S}_kernel.py`` files (what KernelBench's
+``scripts/generate_samples.py`` writes into ``runs/<run_name>/``), whose problems are
+``{P}_{Name}.py`` in ``<problems>/level{L}/`` (KernelBench's ``KernelBench/`` folder,
+found beside the run where ``--problems`` is not given) -- or a list of manifests
+(folders, globs, files; the candidates of one problem are those that name the same
+``kernelbench.problem``, or else the same ``baseline``).
+
+Every candidate is one manifest (written into ``manifests/`` of the audit folder for a
+KernelBench run) run by one worker process through the suite's launchers
+(:mod:`expkit.suites.launchers`: one worker per local GPU, ``--jobs N`` CPU workers,
+or SLURM), so a candidate that does not compile, crashes, hangs past the time limit
+or runs out of memory is a row of the table, never the end of the audit. As each
+attempt ends, one JSON record is appended to ``candidates.jsonl``
+(:func:`expkit.report.audit.record`); every attempt keeps its run folder and report.
+At the end ``audit.md`` (:mod:`expkit.report.audit`) gives KernelBench's summary with
+intervals, the not-correct candidates by reason and, with ``--claims``, the run's own
+figures against the measurements.
+
+**Inconclusive verdicts** are re-measured within the audit: a candidate whose
+verdict is ``inconclusive`` with a measured speedup runs again at the next preset of
+:data:`LADDER` (at most ``retries`` times), while the retries' worker seconds stay
+within ``budget`` (a retry starts only if its predicted cost -- its last attempt's
+seconds times the ratio of the two presets' ``measure.max_seconds`` -- fits what is
+left). A retry keeps the audit's overrides except ``measure=``, so ``measure.*`` keys
+given on the command line still apply.
+
+**What is kept between attempts.** The workers fork from one server that imported
+torch and expkit once for the whole audit. Each candidate gets its own compile caches
+(``TORCH_EXTENSIONS_DIR``, ``TRITON_CACHE_DIR``, ``TORCHINDUCTOR_CACHE_DIR`` under
+``.cache/<candidate>/``), so its retries reuse what its first attempt compiled, and no
+candidate can leave a compiled file that another one loads. The baseline's side is
+not shared between the candidates of a problem: each verdict times its baseline
+interleaved with its candidate, in fresh processes, and that pairing is what its
+interval rests on (docs/audit.md says what sharing would take).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from ..core.errors import ExpkitError
+from ..report import audit as rep
+from .worker import DONE, Job, Outcome
+
+KERNEL_FILE = re.compile(r"^level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py$")
+#: Presets from the cheapest; an inconclusive candidate moves one step up per retry.
+LADDER = ("quick", "default", "rigorous")
+CACHE_VARS = (("TORCH_EXTENSIONS_DIR", "torch_extensions"), ("TRITON_CACHE_DIR", "triton"),
+              ("TORCHINDUCTOR_CACHE_DIR", "inductor"))
+INTERRUPTED_EXIT = 130
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate of the run: which problem and sample it is, and the manifest that judges it."""
+
+    candidate: str
+    level: Optional[int]
+    problem: Any
+    problem_name: str
+    sample: int
+    manifest: str
+
+
+@dataclass(frozen=True)
+class AuditOutcome:
+    session_dir: Path
+    records: Tuple[Dict[str, Any], ...]
+    report: Path
+    exit_code: int
+    interrupted: bool = False
+
+
+# --- finding the candidates -------------------------------------------------------------
+
+
+def is_generation_run(path: Path) -> bool:
+    """Whether ``path`` is a folder holding KernelBench's generated kernel files."""
+    return Path(path).is_dir() and any(KERNEL_FILE.match(p.name) for p in Path(path).iterdir())
+
+
+def problem_folder(run_dir: Path, level: int, problems: Optional[Path]) -> Path:
+    """``<problems>/level{L}`` (or ``problems`` itself, if it is that level's folder); without
+    ``problems``, a ``KernelBench/level{L}`` beside the run or up to two folders above it."""
+    if problems is not None:
+        for cand in (Path(problems) / f"level{level}", Path(problems)):
+            if cand.is_dir() and any(cand.glob("*.py")):
+                return cand
+        raise ExpkitError(f"--problems {problems}: holds neither level{level}/ nor problem files "
+                          f"(give KernelBench's KernelBench/ folder, or its level{level}/)")
+    run_dir = Path(run_dir).resolve()
+    for up in (run_dir, *run_dir.parents[:2]):
+        cand = up / "KernelBench" / f"level{level}"
+        if cand.is_dir():
+            return cand
+    raise ExpkitError(f"{run_dir}: no KernelBench/level{level}/ found beside the run or above it; "
+                      "give the problems with --problems KERNELBENCH_DIR")
+
+
+def _problems_by_id(folder: Path) -> Dict[int, Path]:
+    out: Dict[int, Path] = {}
+    for p in sorted(folder.glob("*.py")):
+        head = p.name.split("_", 1)[0]
+        if head.isdigit():
+            out[int(head)] = p
+    return out
+
+
+def kernelbench_candidates(run_dir: Path, manifests: Path, *, problems: Optional[Path] = None,
+                           device: str = "cuda", precision: str = "fp32", allow_baseline_ops: bool = False,
+                           ) -> Tuple[List[Candidate], List[str], List[str], str]:
+    """Write one manifest per generated kernel; returns the candidates, the kernels with no
+    problem file, the problems with no kernel, and the problems' folder(s)."""
+    from ..report.store import atomic_write
+    from .kernelbench import Pair, manifest_text
+
+    run_dir = Path(run_dir)
+    found = sorted((tuple(int(g) for g in m.groups()), p) for p in run_dir.iterdir()
+                   if (m := KERNEL_FILE.match(p.name)))
+    manifests.mkdir(parents=True, exist_ok=True)
+    extra = "expect: {forbid_baseline: false}\n" if allow_baseline_ops else ""
+    folders: Dict[int, Dict[int, Path]] = {}
+    roots: List[str] = []
+    cands, orphans = [], []
+    for (level, pid, sample), path in found:
+        if level not in folders:
+            folder = problem_folder(run_dir, level, problems)
+            folders[level] = _problems_by_id(folder)
+            roots.append(str(folder))
+        prob = folders[level].get(pid)
+        if prob is None:
+            orphans.append(path.name)
+            continue
+        name = path.name[: -len("_kernel.py")]
+        target = manifests / f"{name}.yaml"
+        atomic_write(target, manifest_text(Pair(prob.resolve(), path.resolve()), manifests, name, root=run_dir,
+                                           device=device, precision=precision, extra=extra,
+                                           command="expkit audit"))
+        cands.append(Candidate(name, level, pid, prob.stem, sample, str(target)))
+    used = {(c.level, c.problem) for c in cands}
+    missing = [folders[lv][pid].stem for lv in sorted(folders) for pid in sorted(folders[lv])
+               if (lv, pid) not in used]
+    if not cands:
+        raise ExpkitError(f"{run_dir}: no generated kernel found a problem file "
+                          f"({len(orphans)} kernel file(s) without one)")
+    return cands, orphans, missing, ", ".join(roots)
+
+
+def manifest_candidates(paths: Sequence[str]) -> List[Candidate]:
+    """Candidates from manifests: one problem per ``kernelbench.problem`` (else per baseline)."""
+    from ..manifest.spec import load
+    from .suite import expand
+
+    cands: List[Candidate] = []
+    per_problem: Dict[str, int] = {}
+    for path in expand(paths):
+        lm = load(path)
+        m = lm.manifest
+        if m.kernelbench is not None:
+            key = str((lm.folder / m.kernelbench.problem).resolve())
+            name = Path(key).stem
+        else:
+            key = name = str(m.baseline)
+        sample = per_problem.get(key, 0)
+        per_problem[key] = sample + 1
+        head = name.split("_", 1)[0]
+        cands.append(Candidate(path.stem, None, int(head) if head.isdigit() else name, name, sample,
+                               str(path.resolve())))
+    return cands
+
+
+# --- running ------------------------------------------------------------------------------
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _with_preset(overrides: Sequence[str], preset: str) -> Tuple[str, ...]:
+    return (f"measure={preset}",) + tuple(o for o in overrides if not o.lstrip("+~").startswith("measure="))
+
+
+def _next(preset: str) -> Optional[str]:
+    return LADDER[LADDER.index(preset) + 1] if preset in LADDER and preset != LADDER[-1] else None
+
+
+class _Retries:
+    """Which inconclusive attempts run again: at most ``retries`` each, predicted cost within ``budget``."""
+
+    def __init__(self, overrides: Sequence[str], retries: int, budget: Optional[float]) -> None:
+        self.overrides, self.retries, self.budget = tuple(overrides), int(retries), budget
+        self.spent = 0.0
+        self.committed: Dict[str, float] = {}
+        self._caps: Dict[str, float] = {}
+
+    def _cap(self, preset: str) -> float:
+        if preset not in self._caps:
+            from ..manifest.settings import load_settings
+
+            self._caps[preset] = float(load_settings(list(_with_preset(self.overrides, preset))).measure.max_seconds)
+        return self._caps[preset]
+
+    def decide(self, name: str, result: Optional[Dict[str, Any]], attempt: int, preset: str,
+               seconds: float) -> Optional[str]:
+        """The preset to run ``name`` at next, or None: its verdict is final."""
+        if result is None or result.get("verdict") != "inconclusive" or not rep.is_correct(result):
+            return None
+        nxt = _next(preset)
+        if nxt is None or attempt > self.retries:
+            return None
+        predicted = seconds * max(1.0, self._cap(nxt) / max(self._cap(preset), 1e-9))
+        if self.budget is not None and self.spent + sum(self.committed.values()) + predicted > self.budget:
+            return None
+        self.committed[name] = predicted
+        return nxt
+
+    def finished(self, name: str, attempt: int, seconds: float) -> None:
+        if attempt > 1:
+            self.spent += seconds
+            self.committed.pop(name, None)
+
+
+def _cache_env(session_dir: Path, name: str) -> Tuple[Tuple[str, str], ...]:
+    base = session_dir / ".cache" / name
+    out = []
+    for var, sub in CACHE_VARS:
+        (base / sub).mkdir(parents=True, exist_ok=True)
+        out.append((var, str((base / sub).resolve())))
+    return tuple(out)
+
+
+def _auto_device(device: str, launch: Any) -> str:
+    if device != "auto":
+        return device
+    gpus = launch.gpus() if launch is not None else None
+    if launch is None:
+        from .launchers import visible_gpus
+
+        gpus = visible_gpus()
+    return "cuda" if gpus else "cpu"
+
+
+def _slots(launch: Any, device: str) -> Optional[int]:
+    if device == "cuda":
+        gpus = launch.gpus()
+        return len(gpus) if gpus else None
+    return getattr(launch, "cpu_slots", None)
+
+
+def run_audit(paths: Sequence[str], *, problems: Optional[Path] = None, out: Optional[Path] = None,
+              root: Path = Path("reports"), overrides: Sequence[str] = (), preset: str = "quick",
+              device: str = "auto", precision: str = "fp32", jobs: Optional[int] = None,
+              timeout: Optional[float] = None, retries: int = 1, budget: Optional[float] = None,
+              claims: Optional[Path] = None, allow_baseline_ops: bool = False, launcher: Any = None,
+              log: Optional[Log] = None) -> AuditOutcome:
+    """Judge every candidate ``paths`` name into one audit folder; see the module docstring.
+
+    ``jobs`` CPU workers at a time (``launcher.parallel_cpu``); ``timeout`` seconds per
+    attempt (``launcher.timeout_seconds``); ``launcher`` replaces the one the settings
+    choose (tests pass one with a fake supervisor). Returns the final record of each
+    candidate; the exit code is 0 once every candidate has one (130 if interrupted).
+    """
+    from ..manifest.settings import load_settings
+    from ..report import session as ses
+    from ..report.store import write_json
+    from .launchers import make_launcher
+
+    say = log or (lambda line: None)
+    if not paths:
+        raise ExpkitError("audit: give a generation run's folder (KernelBench layout) or manifests")
+    if preset not in LADDER:
+        raise ExpkitError(f"--measure {preset!r}: one of {', '.join(LADDER)}")
+    if retries < 0 or (budget is not None and budget < 0):
+        raise ExpkitError("audit: --retries and --budget must be >= 0")
+    extra = list(overrides)
+    if jobs is not None:
+        if jobs < 1:
+            raise ExpkitError(f"--jobs {jobs}: must be at least 1")
+        extra += ["launcher.parallel_cpu=true", f"launcher.cpu_workers={jobs}"] if jobs > 1 else []
+    if timeout is not None:
+        extra.append(f"launcher.timeout_seconds={timeout:g}")
+    claimed = rep.read_claims(Path(claims)) if claims is not None else None
+    settings = load_settings(list(_with_preset(extra, preset)))
+    if out is not None and (Path(out) / rep.AUDIT).is_file():
+        raise ExpkitError(f"{out}: already an audit; pick a new --out")
+    session_dir = ses.open_session(Path(out)) if out is not None else \
+        ses.new_session(root, name=f"audit-{Path(paths[0]).name or 'run'}")
+    launch = launcher if launcher is not None else make_launcher(settings.launcher, session_dir)
+    device = _auto_device(device, launch)
+    orphans: List[str] = []
+    missing: List[str] = []
+    if len(paths) == 1 and is_generation_run(Path(paths[0])):
+        cands, orphans, missing, roots = kernelbench_candidates(
+            Path(paths[0]), session_dir / "manifests", problems=problems, device=device, precision=precision,
+            allow_baseline_ops=allow_baseline_ops)
+    else:
+        cands, roots = manifest_candidates(paths), "from the manifests"
+    plan: Dict[str, Any] = {
+        "schema_version": rep.AUDIT_SCHEMA_VERSION, "name": session_dir.name, "started": _now(),
+        "inputs": [str(p) for p in paths], "problems_root": roots, "device": device, "precision": precision,
+        "preset": preset, "overrides": extra, "retries": retries, "budget_seconds": budget,
+        "thresholds": list(rep.THRESHOLDS), "confidence": 0.95, "slots": _slots(launch, device),
+        "candidates": [asdict(c) for c in cands], "claims": claimed, "orphans": orphans,
+        "problems_without_candidates": missing, "allow_baseline_ops": allow_baseline_ops,
+    }
+    write_json(session_dir / rep.AUDIT, plan)
+    say(f"audit {session_dir}: {len(cands)} candidate(s) on {device}, first at measure={preset}")
+    t0 = time.monotonic()
+    interrupted = False
+    try:
+        _run_rounds(cands, session_dir, extra, preset, device, settings, launch, _Retries(extra, retries, budget), say)
+    except KeyboardInterrupt:
+        interrupted = True
+        say("interrupted: every finished candidate is kept in candidates.jsonl")
+    plan.update(wall_seconds=round(time.monotonic() - t0, 3), finished=_now(), interrupted=interrupted)
+    write_json(session_dir / rep.AUDIT, plan)
+    ses.render_session(session_dir)
+    report = rep.write(session_dir)
+    return AuditOutcome(session_dir, tuple(rep.final_records(session_dir)), report,
+                        INTERRUPTED_EXIT if interrupted else 0, interrupted)
+
+
+def _run_rounds(cands: Sequence[Candidate], session_dir: Path, overrides: Sequence[str], preset: str, device: str,
+                settings: Any, launch: Any, retry: _Retries, say: Log) -> None:
+    """Round 1 runs every candidate; each later round, the inconclusive ones at their next preset."""
+    from ..report import session as ses
+
+    todo: List[Tuple[Candidate, str]] = [(c, preset) for c in cands]
+    attempt = 1
+    total = len(cands)
+    done_count = [0]
+    while todo:
+        jobs: List[Job] = []
+        meta: Dict[str, Tuple[Candidate, str]] = {}
+        for cand, at in todo:
+            name = cand.candidate if attempt == 1 else f"{cand.candidate}-{at}"
+            run_dir = ses.register_run(session_dir, Path(cand.manifest), name=name)
+            job = Job(cand.manifest, str(run_dir), _with_preset(overrides, at), device,
+                      timeout=float(settings.launcher.timeout_seconds), env=_cache_env(session_dir, cand.candidate))
+            jobs.append(job)
+            meta[job.run_dir] = (cand, at)
+        again: List[Tuple[Candidate, str]] = []
+
+        def on_start(job: Job) -> None:
+            ses.mark(session_dir, Path(job.run_dir), ses.RUNNING)
+            where = f"GPU {job.gpu}" if job.gpu is not None else job.device
+            say(f"start  {Path(job.run_dir).name} ({where}, measure={meta[job.run_dir][1]})")
+
+        def on_done(job: Job, o: Outcome, attempt: int = attempt) -> None:
+            cand, at = meta[job.run_dir]
+            run_dir = Path(job.run_dir)
+            result = None
+            if o.status == DONE:
+                from ..report import store
+
+                ses.mark(session_dir, run_dir, ses.CRASHED if o.crashed else ses.DONE, note=o.cause)
+                result = store.load_result(run_dir / store.RESULT)
+            else:
+                ses.mark(session_dir, run_dir, ses.CRASHED, note=f"error: {o.cause}")
+            retry.finished(cand.candidate, attempt, o.seconds)
+            nxt = retry.decide(cand.candidate, result, attempt, at, o.seconds)
+            rec = rep.record(asdict(cand), status=("crashed" if o.crashed else o.status), result=result,
+                             attempt=attempt, preset=at, final=nxt is None, seconds=o.seconds,
+                             run_dir=run_dir.name, note=o.cause)
+            rep.append_record(session_dir, rec)
+            if nxt is not None:
+                again.append((cand, nxt))
+            else:
+                done_count[0] += 1
+            word = (rec["verdict"] or rec["status"]).upper()
+            why = f" ({rec['category']})" if rec["category"] else ""
+            then = f"; again at measure={nxt}" if nxt else ""
+            say(f"done   {run_dir.name}: {word}{why} in {o.seconds:.1f} s{then} [{done_count[0]}/{total}]")
+
+        launch.run(jobs, on_start, on_done)
+        todo = again
+        attempt += 1
