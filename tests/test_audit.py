@@ -323,3 +323,14 @@ def test_golden_audit_report(tmp_path):
     assert views["first"]["fast_p"]["1"]["k"] == 3 and views["first"]["fast_p"]["1.5"]["k"] == 2
     assert views["best"]["fast_p"]["2"]["k"] == 2  # problem 2's best (2.6) and problem 4's (3.1)
     assert views["first"]["fast_p"]["1"]["lower_bound"]["k"] == 2  # problem 2's interval reaches below 1
+
+
+def test_manifests_group_into_problems_by_their_kernelbench_problem(tmp_path):
+    run = _one_candidate(tmp_path)
+    shutil.copy(RUN / "level_1_problem_2_sample_0_kernel.py", run)
+    shutil.copy(RUN / "level_1_problem_1_sample_0_kernel.py", run)
+    written, *_ = audit.kernelbench_candidates(run, tmp_path / "m", device="cpu")
+    cands = audit.manifest_candidates([str(tmp_path / "m")])
+    assert [(c.candidate, c.problem, c.problem_name, c.sample) for c in cands] == [
+        ("level_1_problem_1_sample_0", 1, "1_Row_L2_norm", 0), ("level_1_problem_2_sample_0", 2, "2_Pairwise_dot", 0),
+        ("level_1_problem_2_sample_1", 2, "2_Pairwise_dot", 1)]

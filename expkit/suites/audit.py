@@ -93,7 +93,8 @@ def problem_folder(run_dir: Path, level: int, problems: Optional[Path]) -> Path:
     """``<problems>/level{L}`` (or ``problems`` itself, if it is that level's folder); without
     ``problems``, a ``KernelBench/level{L}`` beside the run or up to two folders above it."""
     if problems is not None:
-        for cand in (Path(problems) / f"level{level}", Path(problems)):
+        for cand in (Path(problems) / f"level{level}", Path(problems) / "KernelBench" / f"level{level}",
+                     Path(problems)):
             if cand.is_dir() and any(cand.glob("*.py")):
                 return cand
         raise ExpkitError(f"--problems {problems}: holds neither level{level}/ nor problem files "
