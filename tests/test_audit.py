@@ -334,3 +334,31 @@ def test_manifests_group_into_problems_by_their_kernelbench_problem(tmp_path):
     assert [(c.candidate, c.problem, c.problem_name, c.sample) for c in cands] == [
         ("level_1_problem_1_sample_0", 1, "1_Row_L2_norm", 0), ("level_1_problem_2_sample_0", 2, "2_Pairwise_dot", 0),
         ("level_1_problem_2_sample_1", 2, "2_Pairwise_dot", 1)]
+
+
+def test_an_interrupted_audit_resumes_where_it_stopped(tmp_path):
+    run = _one_candidate(tmp_path)
+    shutil.copy(RUN / "level_1_problem_2_sample_0_kernel.py", run)
+    shutil.copy(RUN / "level_1_problem_1_sample_0_kernel.py", run)
+    seen = []
+    calls = []
+
+    def interrupting(job, start, cancel=None):
+        calls.append(job)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("stopped")
+        return _fake_launcher({"quick": "supported"}, seen)._supervise(job, start, cancel=cancel)
+
+    first = audit.run_audit([str(run)], out=tmp_path / "a", device="cpu", overrides=["measure.max_seconds=1"],
+                            launcher=LocalLauncher(LauncherSettings(), gpus=[], supervisor=interrupting))
+    assert first.interrupted and first.exit_code == 130 and len(first.records) == 1
+    with pytest.raises(ExpkitError, match="only launcher settings may change"):
+        audit.run_audit(resume=tmp_path / "a", overrides=["measure=rigorous"])
+    again = audit.run_audit(resume=tmp_path / "a", launcher=_fake_launcher({"quick": "supported"}, seen))
+    assert again.exit_code == 0 and not again.interrupted
+    assert sorted(r["candidate"] for r in again.records) == sorted(EXPECTED)[:1] + sorted(EXPECTED)[3:5]
+    assert [n for n, _, _ in seen] == ["level_1_problem_1_sample_0", "level_1_problem_2_sample_0",
+                                       "level_1_problem_2_sample_1"]
+    plan = json.loads((tmp_path / "a" / rep.AUDIT).read_text())
+    assert plan["overrides"] == ["measure.max_seconds=1"] and not plan["interrupted"]
+    assert "3 candidates over 2 problems, 3 judged" in again.report.read_text()

@@ -86,7 +86,7 @@ def _parsers() -> Tuple[_Parser, Dict[str, _Parser]]:
 
     aud = sub.add_parser("audit", help="judge every candidate of a generation run: fast_p, geometric mean, "
                          "correctness, each with its interval; cheats counted by reason")
-    aud.add_argument("paths", nargs="+", help="a generation run's folder in KernelBench's layout "
+    aud.add_argument("paths", nargs="*", help="a generation run's folder in KernelBench's layout "
                      "(level_L_problem_P_sample_S_kernel.py files), or manifests, folders or quoted globs of them; "
                      "key=value words are runner settings")
     aud.add_argument("--problems", type=Path, default=None, metavar="DIR",
@@ -107,6 +107,8 @@ def _parsers() -> Tuple[_Parser, Dict[str, _Parser]]:
                      help="the run's own figures: per-problem speedups (CSV/JSON) or a summary (JSON)")
     aud.add_argument("--allow-baseline-ops", action="store_true",
                      help="do not count a candidate that runs the reference's own ops as a cheat (identity sweeps)")
+    aud.add_argument("--resume", type=Path, default=None, metavar="AUDIT_DIR",
+                     help="finish an audit: judge the candidates that have no final record yet")
     aud.add_argument("--json", action="store_true", help="print the final records as JSON")
     aud.add_argument("--quiet", action="store_true", help="no line per candidate")
 
@@ -240,7 +242,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     out = run_audit(paths, problems=args.problems, out=args.out, overrides=overrides, preset=args.measure,
                     device=args.device, precision=args.precision, jobs=args.jobs, timeout=args.timeout,
                     retries=args.retries, budget=args.budget, claims=args.claims,
-                    allow_baseline_ops=args.allow_baseline_ops,
+                    allow_baseline_ops=args.allow_baseline_ops, resume=args.resume,
                     log=None if args.quiet or args.json else stderr_log)
     if args.json:
         print(json.dumps({"audit": str(out.session_dir), "exit_code": out.exit_code,
@@ -381,7 +383,7 @@ def _details_folder(args: argparse.Namespace) -> Optional[Path]:
     if args.command == "run":
         return args.out or args.session or args.resume
     if args.command == "audit":
-        return args.out
+        return args.out or args.resume
     return {"report": getattr(args, "run_dir", None), "session": getattr(args, "dir", None)}.get(args.command)
 
 

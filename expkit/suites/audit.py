@@ -258,27 +258,80 @@ def _slots(launch: Any, device: str) -> Optional[int]:
     return getattr(launch, "cpu_slots", None)
 
 
-def run_audit(paths: Sequence[str], *, problems: Optional[Path] = None, out: Optional[Path] = None,
+def run_audit(paths: Sequence[str] = (), *, problems: Optional[Path] = None, out: Optional[Path] = None,
               root: Path = Path("reports"), overrides: Sequence[str] = (), preset: str = "quick",
               device: str = "auto", precision: str = "fp32", jobs: Optional[int] = None,
               timeout: Optional[float] = None, retries: int = 1, budget: Optional[float] = None,
-              claims: Optional[Path] = None, allow_baseline_ops: bool = False, launcher: Any = None,
-              log: Optional[Log] = None) -> AuditOutcome:
+              claims: Optional[Path] = None, allow_baseline_ops: bool = False, resume: Optional[Path] = None,
+              launcher: Any = None, log: Optional[Log] = None) -> AuditOutcome:
     """Judge every candidate ``paths`` name into one audit folder; see the module docstring.
 
     ``jobs`` CPU workers at a time (``launcher.parallel_cpu``); ``timeout`` seconds per
     attempt (``launcher.timeout_seconds``); ``launcher`` replaces the one the settings
-    choose (tests pass one with a fake supervisor). Returns the final record of each
-    candidate; the exit code is 0 once every candidate has one (130 if interrupted).
+    choose (tests pass one with a fake supervisor). ``resume`` finishes an audit folder:
+    the candidates without a final record run (a retry that was due runs at its preset),
+    with the settings the audit started with (only ``launcher.*`` overrides may be added).
+    Returns the final record of each candidate; the exit code is 0 once every candidate
+    has one (130 if interrupted).
     """
-    from ..manifest.settings import load_settings
-    from ..report import session as ses
     from ..report.store import write_json
-    from .launchers import make_launcher
+    from .suite import _sigterm_as_interrupt
 
     say = log or (lambda line: None)
+    if resume is not None:
+        if paths:
+            raise ExpkitError("audit: give a run to audit or --resume AUDIT_DIR, not both")
+        session_dir, plan, todo, retry = _resumed(Path(resume), overrides)
+    else:
+        session_dir, plan, cands, retry = _planned(paths, problems=problems, out=out, root=root, overrides=overrides,
+                                                  preset=preset, device=device, precision=precision, jobs=jobs,
+                                                  timeout=timeout, retries=retries, budget=budget, claims=claims,
+                                                  allow_baseline_ops=allow_baseline_ops, launcher=launcher)
+        todo = [(c, plan["preset"], 1) for c in cands]
+    settings, launch = _launch(plan["overrides"], plan["preset"], session_dir, launcher)
+    plan["slots"] = _slots(launch, plan["device"])
+    write_json(session_dir / rep.AUDIT, plan)
+    say(f"audit {session_dir}: {len(todo)} of {len(plan['candidates'])} candidate(s) to judge on "
+        f"{plan['device']}, first at measure={plan['preset']}")
+    t0 = time.monotonic()
+    interrupted = False
+    restore = _sigterm_as_interrupt()
+    try:
+        _run_rounds(todo, session_dir, plan, settings, launch, retry, say)
+    except KeyboardInterrupt:
+        interrupted = True
+        say(f"interrupted: finished candidates are kept; finish with: expkit audit --resume {session_dir}")
+    finally:
+        restore()
+    from ..report import session as ses
+
+    plan.update(wall_seconds=round(float(plan.get("wall_seconds") or 0) + time.monotonic() - t0, 3),
+                finished=_now(), interrupted=interrupted)
+    write_json(session_dir / rep.AUDIT, plan)
+    ses.render_session(session_dir)
+    report = rep.write(session_dir)
+    return AuditOutcome(session_dir, tuple(rep.final_records(session_dir)), report,
+                        INTERRUPTED_EXIT if interrupted else 0, interrupted)
+
+
+def _launch(overrides: Sequence[str], preset: str, session_dir: Path, launcher: Any) -> Tuple[Any, Any]:
+    from ..manifest.settings import load_settings
+    from .launchers import make_launcher
+
+    settings = load_settings(list(_with_preset(overrides, preset)))
+    return settings, (launcher if launcher is not None else make_launcher(settings.launcher, session_dir))
+
+
+def _planned(paths: Sequence[str], *, problems: Optional[Path], out: Optional[Path], root: Path,
+             overrides: Sequence[str], preset: str, device: str, precision: str, jobs: Optional[int],
+             timeout: Optional[float], retries: int, budget: Optional[float], claims: Optional[Path],
+             allow_baseline_ops: bool, launcher: Any) -> Tuple[Path, Dict[str, Any], List[Candidate], _Retries]:
+    """A new audit folder, its manifests and its plan (``audit.json``), checked before anything runs."""
+    from ..report import session as ses
+
     if not paths:
-        raise ExpkitError("audit: give a generation run's folder (KernelBench layout) or manifests")
+        raise ExpkitError("audit: give a generation run's folder (KernelBench layout), manifests, "
+                          "or --resume AUDIT_DIR")
     if preset not in LADDER:
         raise ExpkitError(f"--measure {preset!r}: one of {', '.join(LADDER)}")
     if retries < 0 or (budget is not None and budget < 0):
@@ -291,12 +344,14 @@ def run_audit(paths: Sequence[str], *, problems: Optional[Path] = None, out: Opt
     if timeout is not None:
         extra.append(f"launcher.timeout_seconds={timeout:g}")
     claimed = rep.read_claims(Path(claims)) if claims is not None else None
-    settings = load_settings(list(_with_preset(extra, preset)))
+    from ..manifest.settings import load_settings
+
+    load_settings(list(_with_preset(extra, preset)))  # a bad override fails here, before any folder is made
     if out is not None and (Path(out) / rep.AUDIT).is_file():
-        raise ExpkitError(f"{out}: already an audit; pick a new --out")
+        raise ExpkitError(f"{out}: already an audit; finish it with --resume {out}, or pick a new --out")
     session_dir = ses.open_session(Path(out)) if out is not None else \
         ses.new_session(root, name=f"audit-{Path(paths[0]).name or 'run'}")
-    launch = launcher if launcher is not None else make_launcher(settings.launcher, session_dir)
+    settings, launch = _launch(extra, preset, session_dir, launcher)
     device = _auto_device(device, launch)
     orphans: List[str] = []
     missing: List[str] = []
@@ -310,55 +365,74 @@ def run_audit(paths: Sequence[str], *, problems: Optional[Path] = None, out: Opt
         "schema_version": rep.AUDIT_SCHEMA_VERSION, "name": session_dir.name, "started": _now(),
         "inputs": [str(p) for p in paths], "problems_root": roots, "device": device, "precision": precision,
         "preset": preset, "overrides": extra, "retries": retries, "budget_seconds": budget,
-        "thresholds": list(rep.THRESHOLDS), "confidence": 0.95, "slots": _slots(launch, device),
+        "thresholds": list(rep.THRESHOLDS), "confidence": 0.95, "slots": None,
         "candidates": [asdict(c) for c in cands], "claims": claimed, "orphans": orphans,
         "problems_without_candidates": missing, "allow_baseline_ops": allow_baseline_ops,
     }
-    write_json(session_dir / rep.AUDIT, plan)
-    say(f"audit {session_dir}: {len(cands)} candidate(s) on {device}, first at measure={preset}")
-    t0 = time.monotonic()
-    interrupted = False
-    try:
-        _run_rounds(cands, session_dir, extra, preset, device, settings, launch, _Retries(extra, retries, budget), say)
-    except KeyboardInterrupt:
-        interrupted = True
-        say("interrupted: every finished candidate is kept in candidates.jsonl")
-    plan.update(wall_seconds=round(time.monotonic() - t0, 3), finished=_now(), interrupted=interrupted)
-    write_json(session_dir / rep.AUDIT, plan)
-    ses.render_session(session_dir)
-    report = rep.write(session_dir)
-    return AuditOutcome(session_dir, tuple(rep.final_records(session_dir)), report,
-                        INTERRUPTED_EXIT if interrupted else 0, interrupted)
+    return session_dir, plan, cands, _Retries(extra, retries, budget)
 
 
-def _run_rounds(cands: Sequence[Candidate], session_dir: Path, overrides: Sequence[str], preset: str, device: str,
-                settings: Any, launch: Any, retry: _Retries, say: Log) -> None:
-    """Round 1 runs every candidate; each later round, the inconclusive ones at their next preset."""
+def _resumed(session_dir: Path, overrides: Sequence[str]) -> Tuple[Path, Dict[str, Any],
+                                                                   List[Tuple[Candidate, str, int]], _Retries]:
+    """An audit folder's plan and what is left of it: no record yet, or a retry that was due."""
+    from .suite import _resume_overrides
+
+    plan = rep.load_audit(session_dir)
+    plan["overrides"] = _resume_overrides(plan.get("overrides") or [], overrides)
+    retry = _Retries(plan["overrides"], int(plan.get("retries") or 0), plan.get("budget_seconds"))
+    last: Dict[str, Dict[str, Any]] = {}
+    for r in rep.all_records(session_dir):
+        last[r["candidate"]] = r
+        if r["attempt"] > 1:
+            retry.spent += float(r["seconds"])
+    todo: List[Tuple[Candidate, str, int]] = []
+    for c in (Candidate(**d) for d in plan["candidates"]):
+        r = last.get(c.candidate)
+        if r is None:
+            todo.append((c, plan["preset"], 1))
+        elif not r["final"] and _next(r["preset"]) is not None:
+            todo.append((c, str(_next(r["preset"])), int(r["attempt"]) + 1))
+    return session_dir, plan, todo, retry
+
+
+def _run_folder(session_dir: Path, name: str, manifest: str) -> Path:
+    """The attempt's run folder: registered in the session, or the one an interrupted attempt left."""
+    import json
+
     from ..report import session as ses
 
-    todo: List[Tuple[Candidate, str]] = [(c, preset) for c in cands]
-    attempt = 1
-    total = len(cands)
-    done_count = [0]
+    listed = {r["run"] for r in json.loads((session_dir / ses.SESSION).read_text())["runs"]}
+    if name in listed:
+        return session_dir / name
+    return ses.register_run(session_dir, Path(manifest), name=name)
+
+
+def _run_rounds(todo: List[Tuple[Candidate, str, int]], session_dir: Path, plan: Dict[str, Any], settings: Any,
+                launch: Any, retry: _Retries, say: Log) -> None:
+    """Each round runs its attempts; the inconclusive ones go to the next round, one preset up."""
+    from ..report import session as ses
+
+    total = len(plan["candidates"])
+    done_count = [total - len({c.candidate for c, _, _ in todo})]
     while todo:
         jobs: List[Job] = []
-        meta: Dict[str, Tuple[Candidate, str]] = {}
-        for cand, at in todo:
+        meta: Dict[str, Tuple[Candidate, str, int]] = {}
+        for cand, at, attempt in todo:
             name = cand.candidate if attempt == 1 else f"{cand.candidate}-{at}"
-            run_dir = ses.register_run(session_dir, Path(cand.manifest), name=name)
-            job = Job(cand.manifest, str(run_dir), _with_preset(overrides, at), device,
+            run_dir = _run_folder(session_dir, name, cand.manifest)
+            job = Job(cand.manifest, str(run_dir), _with_preset(plan["overrides"], at), plan["device"],
                       timeout=float(settings.launcher.timeout_seconds), env=_cache_env(session_dir, cand.candidate))
             jobs.append(job)
-            meta[job.run_dir] = (cand, at)
-        again: List[Tuple[Candidate, str]] = []
+            meta[job.run_dir] = (cand, at, attempt)
+        again: List[Tuple[Candidate, str, int]] = []
 
         def on_start(job: Job) -> None:
             ses.mark(session_dir, Path(job.run_dir), ses.RUNNING)
             where = f"GPU {job.gpu}" if job.gpu is not None else job.device
             say(f"start  {Path(job.run_dir).name} ({where}, measure={meta[job.run_dir][1]})")
 
-        def on_done(job: Job, o: Outcome, attempt: int = attempt) -> None:
-            cand, at = meta[job.run_dir]
+        def on_done(job: Job, o: Outcome) -> None:
+            cand, at, attempt = meta[job.run_dir]
             run_dir = Path(job.run_dir)
             result = None
             if o.status == DONE:
@@ -375,7 +449,7 @@ def _run_rounds(cands: Sequence[Candidate], session_dir: Path, overrides: Sequen
                              run_dir=run_dir.name, note=o.cause)
             rep.append_record(session_dir, rec)
             if nxt is not None:
-                again.append((cand, nxt))
+                again.append((cand, nxt, attempt + 1))
             else:
                 done_count[0] += 1
             word = (rec["verdict"] or rec["status"]).upper()
@@ -385,4 +459,3 @@ def _run_rounds(cands: Sequence[Candidate], session_dir: Path, overrides: Sequen
 
         launch.run(jobs, on_start, on_done)
         todo = again
-        attempt += 1
