@@ -362,3 +362,14 @@ def test_an_interrupted_audit_resumes_where_it_stopped(tmp_path):
     plan = json.loads((tmp_path / "a" / rep.AUDIT).read_text())
     assert plan["overrides"] == ["measure.max_seconds=1"] and not plan["interrupted"]
     assert "3 candidates over 2 problems, 3 judged" in again.report.read_text()
+
+
+
+def test_a_jobs_environment_survives_its_file_and_pickling(tmp_path):
+    import pickle
+
+    from expkit.suites.worker import Job
+
+    job = Job("m.yaml", str(tmp_path), ("measure=quick",), env=(("TRITON_CACHE_DIR", "/x/triton"),))
+    job.write()
+    assert Job.read(tmp_path) == job and pickle.loads(pickle.dumps(job)) == job
