@@ -7,7 +7,10 @@ names generated kernels::
 
     OUT/level_{L}_problem_{P}_sample_0_kernel.py   identity: class ModelNew(Model): pass
     OUT/level_{L}_problem_{P}_sample_1_kernel.py   torch.compile of the reference's forward
-    OUT/level_{L}_problem_{P}_sample_2_kernel.py   wrong: every floating output scaled by 1.01
+    OUT/level_{L}_problem_{P}_sample_2_kernel.py   wrong: outputs shifted by 0.1 x (mean |out| + 1)
+
+(A 1% scaling is not wrong enough: softmax's outputs of about 1e-4 stay within KernelBench's
+absolute tolerance of 1e-4 when scaled by 1.01, and such a candidate passes, rightly.)
 
 Each file is the problem file with the candidate appended (a generated kernel is one
 self-contained file), so nothing here is KernelBench's code but the problem it was given.
@@ -61,14 +64,17 @@ WRONG = '''
 
 def _expkit_wrong(out):
     if isinstance(out, torch.Tensor):
-        return out * 1.01 if out.is_floating_point() else out + 1
+        if out.is_floating_point():
+            return out + 0.1 * (out.abs().mean() + 1)
+        return out + 1
     if isinstance(out, (tuple, list)):
         return type(out)(_expkit_wrong(o) for o in out)
     return out
 
 
 class ModelNew(Model):
-    """Wrong candidate: every floating output 1% too large (integers off by one)."""
+    """Wrong candidate: every floating output shifted by a tenth of (its mean magnitude + 1),
+    beyond KernelBench's tolerances at every precision (integers off by one)."""
 
     def forward(self, *args):
         return _expkit_wrong(super().forward(*args))
