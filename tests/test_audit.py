@@ -305,8 +305,9 @@ def _synthetic_audit(folder):
                            {"level": None, "problem": "3_P3", "sample": 0, "speedup": 1.4},
                            {"level": 1, "problem": 7, "sample": 0, "speedup": 1.1}],
               "summary": {"fast_p": {"1.0": 0.75}, "geo_mean_speedup": 1.9, "correctness_rate": 0.5}}
-    plan = {"schema_version": 1, "name": "synthetic", "inputs": ["runs/synthetic"], "problems_root": "KernelBench/level1",
-            "device": "cuda", "preset": "quick", "retries": 1, "budget_seconds": 600, "thresholds": list(rep.THRESHOLDS),
+    plan = {"schema_version": 1, "name": "synthetic", "inputs": ["runs/synthetic"],
+            "problems_root": "KernelBench/level1", "device": "cuda", "preset": "quick", "retries": 1,
+            "budget_seconds": 600, "thresholds": list(rep.THRESHOLDS),
             "confidence": 0.95, "slots": 4, "candidates": cands, "claims": claims, "orphans": [],
             "problems_without_candidates": ["5_P5"], "wall_seconds": 20.0}
     (folder / rep.AUDIT).write_text(json.dumps(plan))

@@ -374,7 +374,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": cmd_run, "validate": cmd_validate, "report": cmd_report, "session": cmd_session,
-            "compare": cmd_compare, "bisect": cmd_bisect, "audit": cmd_audit, "import": cmd_import, "schema": cmd_schema,
+            "compare": cmd_compare, "bisect": cmd_bisect, "audit": cmd_audit, "import": cmd_import,
+            "schema": cmd_schema,
             "doctor": cmd_doctor}
 
 

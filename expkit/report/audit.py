@@ -424,10 +424,103 @@ def _speed(r: Optional[Mapping[str, Any]]) -> str:
     return f"{fmt_x(r['speedup'])}{iv}"
 
 
+def _summary_tables(views: Mapping[str, Any], thresholds: Sequence[float]) -> Tuple[List[Dict[str, Any]],
+                                                                                     List[Dict[str, Any]]]:
+    table = [{"measure": "correct", **{v: _frac(views[v]["correct"]) for v in views}},
+             {"measure": "geometric-mean speedup of the correct", **{v: _gm(views[v]["geomean"]) for v in views}}]
+    for p in thresholds:
+        table.append({"measure": f"fast_{_p(p)}", **{v: _frac(views[v]["fast_p"][_p(p)]) for v in views}})
+    first = views["first"]["fast_p"]
+    lower = [{"measure": f"fast_{_p(p)}", "point": _frac(first[_p(p)]), "lower": _frac(first[_p(p)]["lower_bound"])}
+             for p in thresholds]
+    return table, lower
+
+
+def _invalid_rows(records: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+    from ..verdict.wording import fmt_x
+
+    out = []
+    for row in invalid_counts(records):
+        t = sorted(row["timed"])
+        timed = (f"{len(t)} timed, median {fmt_x(t[len(t) // 2])}, {sum(x > 1 for x in t)} above 1×" if t
+                 else "never timed")
+        out.append({**row, "timed": timed})
+    return out
+
+
+def _candidate_rows(session_dir: Path, plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
+                    attempts: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+    from .formatting import cell, fmt_duration
+
+    by_name = {r["candidate"]: r for r in records}
+    rows = []
+    for c in plan.get("candidates") or []:
+        r = by_name.get(c["candidate"])
+        tries = [a for a in attempts if a["candidate"] == c["candidate"]]
+        reason = (r or {}).get("reason") or ""
+        has_report = r is not None and (session_dir / r["run_dir"] / "report.md").is_file()
+        rows.append({
+            "candidate": cell(c["candidate"]), "problem": cell(c["problem_name"]), "sample": c["sample"],
+            "verdict": (r["verdict"] or r["status"]) if r else "not run", "measured": _speed(r),
+            "category": cell((r or {}).get("category") or ""),
+            "attempts": " → ".join(f"{a['preset']}: {a['verdict'] or a['status']}" for a in tries) or "none",
+            "seconds": fmt_duration(sum(a["seconds"] for a in tries)) if tries else "n/a",
+            "reason": cell(reason[:160] + ("…" if len(reason) > 160 else "")),
+            "report": f"[report]({r['run_dir']}/report.md)" if has_report and r else "",
+        })
+    return rows
+
+
+def _claim_rows(records: Sequence[Mapping[str, Any]], views: Mapping[str, Any],
+                claims: Optional[Mapping[str, Any]]) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    from ..verdict.wording import fmt_x
+    from .formatting import cell
+
+    if not claims:
+        return [], []
+    per_problem = []
+    for row in claims_against(records, claims):
+        c, r = row["claim"], row["record"]
+        per_problem.append({"problem": cell(c["problem"]), "sample": c["sample"], "claimed": fmt_x(c["speedup"]),
+                            "measured": _speed(r), "verdict": (r["verdict"] or r["status"]) if r else "n/a",
+                            "reading": cell(row["reading"])})
+    summary = []
+    for row in summary_against(views, claims):
+        geometric = "geometric" in row["measure"]
+        summary.append({"measure": row["measure"],
+                        "claimed": fmt_x(row["claimed"]) if geometric else f"{row['claimed']:.2f}",
+                        "measured": _gm(row["measured"]) if geometric else _frac(row["measured"]),
+                        "reading": row["reading"]})
+    return per_problem, summary
+
+
+def _retry_facts(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
+                 attempts: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    from .formatting import fmt_duration
+
+    final = {r["candidate"]: r.get("verdict") for r in records}
+    first = [a["candidate"] for a in attempts if a["attempt"] == 1 and a["verdict"] == "inconclusive"]
+    return {"inconclusive": len(first), "retried": len({a["candidate"] for a in attempts if a["attempt"] > 1}),
+            "left": sum(final.get(c) == "inconclusive" for c in first),
+            "retries": plan.get("retries"), "budget": plan.get("budget_seconds"),
+            "spent": fmt_duration(sum(a["seconds"] for a in attempts if a["attempt"] > 1))}
+
+
+def _cost(plan: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    from .formatting import fmt_duration
+
+    seconds = sum(a["seconds"] for a in attempts)
+    wall = plan.get("wall_seconds")
+    n = len(plan.get("candidates") or [])
+    return {"wall": fmt_duration(wall) if wall is not None else "n/a", "worker": fmt_duration(seconds),
+            "per_candidate": fmt_duration(seconds / n) if n else "n/a",
+            "per_candidate_wall": fmt_duration(wall / n) if n and wall is not None else "n/a",
+            "attempts": len(attempts), "slots": plan.get("slots")}
+
+
 def context(session_dir: Path) -> Dict[str, Any]:
     """Everything ``audit.md`` shows, computed from ``audit.json`` and ``candidates.jsonl`` alone."""
-    from ..verdict.wording import fmt_x
-    from .formatting import cell, fmt_duration
+    from .formatting import cell
 
     session_dir = Path(session_dir)
     plan = load_audit(session_dir)
@@ -436,69 +529,19 @@ def context(session_dir: Path) -> Dict[str, Any]:
     thresholds = tuple(plan.get("thresholds") or THRESHOLDS)
     conf = float(plan.get("confidence") or 0.95)
     views = summarise(records, thresholds, conf)
-    table = [{"measure": "correct", **{v: _frac(views[v]["correct"]) for v in views}},
-             {"measure": "geometric-mean speedup of the correct", **{v: _gm(views[v]["geomean"]) for v in views}}]
-    for p in thresholds:
-        table.append({"measure": f"fast_{_p(p)}", **{v: _frac(views[v]["fast_p"][_p(p)]) for v in views}})
-    lower = [{"measure": f"fast_{_p(p)}", "point": _frac(views["first"]["fast_p"][_p(p)]),
-              "lower": _frac(views["first"]["fast_p"][_p(p)]["lower_bound"])} for p in thresholds]
-    invalid = [{**row, "timed": (f"{len(row['timed'])} timed, median {fmt_x(sorted(row['timed'])[len(row['timed']) // 2])}, "
-                                 f"{sum(t > 1 for t in row['timed'])} above 1×") if row["timed"] else "never timed"}
-               for row in invalid_counts(records)]
-    by_name = {r["candidate"]: r for r in records}
-    planned = plan.get("candidates") or []
-    rows = []
-    for c in planned:
-        r = by_name.get(c["candidate"])
-        tries = [a for a in attempts if a["candidate"] == c["candidate"]]
-        rows.append({
-            "candidate": cell(c["candidate"]), "problem": cell(f"{c['problem_name']}"), "sample": c["sample"],
-            "verdict": (r["verdict"] or r["status"]) if r else "not run", "measured": _speed(r),
-            "category": cell(r["category"] or "") if r else "", "attempts": " → ".join(
-                f"{a['preset']}: {a['verdict'] or a['status']}" for a in tries) or "none",
-            "seconds": fmt_duration(sum(a["seconds"] for a in tries)) if tries else "n/a",
-            "reason": cell((r["reason"] or "")[:160] + ("…" if len(r["reason"] or "") > 160 else "")) if r else "",
-            "report": f"[report]({r['run_dir']}/report.md)" if r and (session_dir / r["run_dir"] / "report.md").is_file()
-            else "",
-        })
-    claims = plan.get("claims")
-    claim_rows = []
-    summary_rows = []
-    if claims:
-        for row in claims_against(records, claims):
-            c, r = row["claim"], row["record"]
-            claim_rows.append({"problem": cell(c["problem"]), "sample": c["sample"], "claimed": fmt_x(c["speedup"]),
-                               "measured": _speed(r), "verdict": (r["verdict"] or r["status"]) if r else "n/a",
-                               "reading": cell(row["reading"])})
-        for row in summary_against(views, claims):
-            m = row["measured"]
-            shown = _gm(m) if "geometric" in row["measure"] else _frac(m)
-            claimed = fmt_x(row["claimed"]) if "geometric" in row["measure"] else f"{row['claimed']:.2f}"
-            summary_rows.append({"measure": row["measure"], "claimed": claimed, "measured": shown,
-                                 "reading": row["reading"]})
-    first_pass = [a for a in attempts if a["attempt"] == 1]
-    inconclusive_first = [a["candidate"] for a in first_pass if a["verdict"] == "inconclusive"]
-    retried = sorted({a["candidate"] for a in attempts if a["attempt"] > 1})
-    still = [c for c in inconclusive_first if (by_name.get(c) or {}).get("verdict") == "inconclusive"]
-    seconds = sum(a["seconds"] for a in attempts)
-    wall = plan.get("wall_seconds")
-    n = len(planned)
+    table, lower = _summary_tables(views, thresholds)
+    claims, summary_claims = _claim_rows(records, views, plan.get("claims"))
     return {
         "title": cell(plan.get("name") or session_dir.name),
         "source": cell(", ".join(plan.get("inputs") or [])),
         "problems_root": cell(plan.get("problems_root") or "n/a"),
-        "n_candidates": n, "n_problems": views["all"]["problems"], "finished": len(records),
-        "preset": plan.get("preset"), "device": plan.get("device"),
-        "table": table, "lower": lower, "invalid": invalid, "rows": rows,
-        "claims": claim_rows, "summary_claims": summary_rows, "has_claims": bool(claims),
+        "n_candidates": len(plan.get("candidates") or []), "n_problems": views["all"]["problems"],
+        "finished": len(records), "preset": plan.get("preset"), "device": plan.get("device"),
+        "table": table, "lower": lower, "invalid": _invalid_rows(records),
+        "rows": _candidate_rows(session_dir, plan, records, attempts),
+        "claims": claims, "summary_claims": summary_claims, "has_claims": bool(plan.get("claims")),
         "confidence": f"{conf:.0%}", "bootstrap": BOOTSTRAP, "seed": SEED,
-        "retry": {"inconclusive": len(inconclusive_first), "retried": len(retried), "left": len(still),
-                  "retries": plan.get("retries"), "budget": plan.get("budget_seconds"),
-                  "spent": fmt_duration(sum(a["seconds"] for a in attempts if a["attempt"] > 1))},
-        "cost": {"wall": fmt_duration(wall) if wall is not None else "n/a", "worker": fmt_duration(seconds),
-                 "per_candidate": fmt_duration(seconds / n) if n else "n/a",
-                 "per_candidate_wall": fmt_duration(wall / n) if n and wall is not None else "n/a",
-                 "attempts": len(attempts), "slots": plan.get("slots")},
+        "retry": _retry_facts(plan, records, attempts), "cost": _cost(plan, attempts),
         "missing_problems": plan.get("problems_without_candidates") or [],
         "orphans": plan.get("orphans") or [],
         "interrupted": bool(plan.get("interrupted")),
