@@ -375,8 +375,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 COMMANDS = {"run": cmd_run, "validate": cmd_validate, "report": cmd_report, "session": cmd_session,
             "compare": cmd_compare, "bisect": cmd_bisect, "audit": cmd_audit, "import": cmd_import,
-            "schema": cmd_schema,
-            "doctor": cmd_doctor}
+            "schema": cmd_schema, "doctor": cmd_doctor}
 
 
 def _details_folder(args: argparse.Namespace) -> Optional[Path]:
