@@ -253,7 +253,9 @@ def test_wilson_interval_known_values():
 
 
 def test_claims_files(tmp_path):
-    (tmp_path / "c.json").write_text(json.dumps({"fast_p": {"1.0": 0.6}, "geo_mean_speedup": 1.8,
+    # What KernelBench's benchmark_eval_analysis.py writes (output_file=...): counts beside the figures.
+    (tmp_path / "c.json").write_text(json.dumps({"run_name": "r", "level": 1, "total_count": 100, "correct_count": 90,
+                                                 "fast_p": {"1.0": 0.6}, "geo_mean_speedup": 1.8,
                                                  "correctness_rate": 0.9}))
     got = rep.read_claims(tmp_path / "c.json")
     assert got == {"problems": [], "summary": {"fast_p": {"1.0": 0.6}, "geo_mean_speedup": 1.8,

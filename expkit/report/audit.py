@@ -307,9 +307,11 @@ def read_claims(path: Path) -> Dict[str, Any]:
         summary.update(data["summary"])
     if isinstance(data.get("problems"), list):
         problems = [_claim_row(r) for r in data["problems"]]
+    elif summary:  # benchmark_eval_analysis.py's output: its other numbers are counts, not speedups
+        problems = []
     else:
         problems = [{"level": None, "problem": _key(k), "sample": 0, "speedup": float(v)}
-                    for k, v in data.items() if isinstance(v, (int, float)) and k not in summary]
+                    for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
     if not problems and not summary:
         raise ExpkitError(f"--claims {path}: no per-problem speedup and no summary figure found")
     return {"problems": problems, "summary": summary}
