@@ -31,7 +31,7 @@ import json
 import math
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..core.errors import ExpkitError
 from . import store
@@ -568,10 +568,6 @@ def append_record(session_dir: Path, rec: Mapping[str, Any]) -> None:
     with open(Path(session_dir) / RECORDS, "a") as f:
         f.write(json.dumps(rec, sort_keys=True) + "\n")
         f.flush()
-
-
-def problems_of(records: Iterable[Mapping[str, Any]]) -> List[Any]:
-    return sorted({r["problem"] for r in records}, key=_num)
 
 
 def terminal_summary(session_dir: Path) -> str:
