@@ -140,8 +140,21 @@ def record(candidate: Mapping[str, Any], *, status: str, result: Optional[Mappin
     category, kind, reason = classify(result)
     rec.update(verdict=result.get("verdict"), correct=is_correct(result), speedup=overall.get("speedup"),
                ci_low=overall.get("ci_low"), ci_high=overall.get("ci_high"), category=category, kind=kind,
-               reason=reason[:400])
+               reason=reason[:400], memory=_memory(result))
     return rec
+
+
+def _memory(result: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+    """The plain call's peak (the memory plan's) and each side's largest peaks, as the run stored them."""
+    mem = result.get("memory")
+    if not isinstance(mem, dict):
+        return None
+    sides = {}
+    for side, data in ((mem.get("measured") or {}).items()):
+        peaks = (data or {}).get("peaks") or {}
+        sides[side] = {kind: (peaks.get(kind) or {}).get("bytes") for kind in ("peak_allocated", "peak_reserved",
+                                                                              "peak_rss")}
+    return {"plain_peak_bytes": mem.get("plain_peak_bytes"), "sides": sides}
 
 
 def final_records(session_dir: Path) -> List[Dict[str, Any]]:
