@@ -517,7 +517,8 @@ def _retry_facts(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
     first = [a["candidate"] for a in attempts if a["attempt"] == 1 and a["verdict"] == "inconclusive"]
     return {"inconclusive": len(first), "retried": len({a["candidate"] for a in attempts if a["attempt"] > 1}),
             "left": sum(final.get(c) == "inconclusive" for c in first),
-            "retries": plan.get("retries"), "budget": plan.get("budget_seconds"),
+            "retries": plan.get("retries"),
+            "budget": None if plan.get("budget_seconds") is None else f"{float(plan['budget_seconds']):g}",
             "spent": fmt_duration(sum(a["seconds"] for a in attempts if a["attempt"] > 1))}
 
 
