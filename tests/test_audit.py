@@ -210,6 +210,8 @@ def test_retries_stop_at_the_count_the_budget_or_the_last_preset(tmp_path, kwarg
 def test_a_usage_error_is_one_line(tmp_path):
     with pytest.raises(ExpkitError, match="--measure 'fast'"):
         audit.run_audit([str(RUN)], preset="fast", out=tmp_path / "a")
+    with pytest.raises(ExpkitError, match="measure=default: give the first pass's preset as --measure default"):
+        audit.run_audit([str(RUN)], overrides=["measure=default"], out=tmp_path / "a")
     with pytest.raises(ExpkitError, match="--claims .*nope.csv: no such file"):
         audit.run_audit([str(RUN)], claims=tmp_path / "nope.csv", out=tmp_path / "a")
 

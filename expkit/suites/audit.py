@@ -337,6 +337,10 @@ def _planned(paths: Sequence[str], *, problems: Optional[Path], out: Optional[Pa
     if retries < 0 or (budget is not None and budget < 0):
         raise ExpkitError("audit: --retries and --budget must be >= 0")
     extra = list(overrides)
+    given = [o for o in extra if o.lstrip("+~").startswith("measure=")]
+    if given:
+        raise ExpkitError(f"audit: {given[0]}: give the first pass's preset as --measure "
+                          f"{given[0].split('=', 1)[1]} (retries move it up one at a time)")
     if jobs is not None:
         if jobs < 1:
             raise ExpkitError(f"--jobs {jobs}: must be at least 1")
