@@ -275,7 +275,7 @@ def run_audit(paths: Sequence[str] = (), *, problems: Optional[Path] = None, out
     has one (130 if interrupted).
     """
     from ..report.store import write_json
-    from .suite import _sigterm_as_interrupt
+    from .suite import sigterm_as_interrupt
 
     say = log or (lambda line: None)
     if resume is not None:
@@ -295,7 +295,7 @@ def run_audit(paths: Sequence[str] = (), *, problems: Optional[Path] = None, out
         f"{plan['device']}, first at measure={plan['preset']}")
     t0 = time.monotonic()
     interrupted = False
-    restore = _sigterm_as_interrupt()
+    restore = sigterm_as_interrupt()
     try:
         _run_rounds(todo, session_dir, plan, settings, launch, retry, say)
     except KeyboardInterrupt:
@@ -379,10 +379,10 @@ def _planned(paths: Sequence[str], *, problems: Optional[Path], out: Optional[Pa
 def _resumed(session_dir: Path, overrides: Sequence[str]) -> Tuple[Path, Dict[str, Any],
                                                                    List[Tuple[Candidate, str, int]], _Retries]:
     """An audit folder's plan and what is left of it: no record yet, or a retry that was due."""
-    from .suite import _resume_overrides
+    from .suite import resume_overrides
 
     plan = rep.load_audit(session_dir)
-    plan["overrides"] = _resume_overrides(plan.get("overrides") or [], overrides)
+    plan["overrides"] = resume_overrides(plan.get("overrides") or [], overrides)
     retry = _Retries(plan["overrides"], int(plan.get("retries") or 0), plan.get("budget_seconds"))
     last: Dict[str, Dict[str, Any]] = {}
     for r in rep.all_records(session_dir):
