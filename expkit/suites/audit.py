@@ -241,14 +241,10 @@ def _cache_env(session_dir: Path, name: str) -> Tuple[Tuple[str, str], ...]:
 
 
 def _auto_device(device: str, launch: Any) -> str:
+    """``auto``: CUDA where the launcher sees a GPU (a SLURM launcher sees none here: say ``--device``)."""
     if device != "auto":
         return device
-    gpus = launch.gpus() if launch is not None else None
-    if launch is None:
-        from .launchers import visible_gpus
-
-        gpus = visible_gpus()
-    return "cuda" if gpus else "cpu"
+    return "cuda" if launch.gpus() else "cpu"
 
 
 def _slots(launch: Any, device: str) -> Optional[int]:
