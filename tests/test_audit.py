@@ -378,3 +378,13 @@ def test_a_jobs_environment_survives_its_file_and_pickling(tmp_path):
     job = Job("m.yaml", str(tmp_path), ("measure=quick",), env=(("TRITON_CACHE_DIR", "/x/triton"),))
     job.write()
     assert Job.read(tmp_path) == job and pickle.loads(pickle.dumps(job)) == job
+
+
+def test_every_candidate_intervals_resample_samples_within_problems_too():
+    """Four problems alike (two of three samples correct): problems alone would give [0.67, 0.67]."""
+    recs = [{"level": 1, "problem": p, "sample": s, "correct": s < 2, "speedup": 1.0 + s if s < 2 else None,
+             "ci_low": 0.9} for p in range(4) for s in range(3)]
+    got = rep.summarise(recs)["all"]["correct"]
+    assert got["value"] == pytest.approx(2 / 3) and got["ci_low"] < 0.6 and got["ci_high"] > 0.75
+    one = rep.summarise([r for r in recs if r["problem"] == 0])["all"]
+    assert one["correct"]["ci_low"] is None and one["geomean"]["ci_low"] is None

@@ -8,7 +8,8 @@ all. :func:`summarise` gives three views of a run (the first sample per problem,
 scores it; every candidate; the best correct sample per problem) and their intervals: Wilson
 score for rates over problems, a percentile bootstrap resampling problems (seeded) for the
 geometric means and for the every-candidate rates, whose samples of one problem are not
-independent. :func:`read_claims` reads a run's own figures; :func:`claims_against` and
+independent (two stages: problems, then the samples of each chosen problem).
+:func:`read_claims` reads a run's own figures; :func:`claims_against` and
 :func:`summary_against` set them beside the measurement.
 """
 
@@ -43,19 +44,38 @@ def wilson(k: int, n: int, confidence: float = 0.95) -> Tuple[Optional[float], O
     return (0.0 if k == 0 else max(0.0, mid - half)), (1.0 if k == n else min(1.0, mid + half))
 
 
-def _bootstrap(num: Sequence[float], den: Sequence[float], confidence: float, *, log: bool = False,
-               n_boot: int = BOOTSTRAP, seed: int = SEED) -> Tuple[Optional[float], Optional[float]]:
-    """Percentile interval of ``sum(num)/sum(den)`` (``exp`` of it with ``log``) over problems resampled."""
+def _bootstrap(units: Sequence[Sequence[Tuple[float, float]]], confidence: float, *, log: bool = False,
+               n_boot: int = BOOTSTRAP, seed: int = SEED, chunk: int = 250) -> Tuple[Optional[float], Optional[float]]:
+    """Percentile interval of ``sum(num) / sum(den)`` over every unit ``(num, den)`` (``exp`` of it with
+    ``log``), by a two-stage bootstrap: problems resampled, then each chosen problem's units.
+
+    The second stage keeps the interval honest where every problem looks alike (three samples
+    each, two correct: resampling problems alone would give a zero-width interval). None where
+    fewer than two problems hold a unit with ``den > 0``: resampling them shows nothing."""
     import numpy as np
 
-    num_a, den_a = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
-    if int((den_a > 0).sum()) < 2:
-        return None, None  # one problem (or none) holds every unit: resampling problems shows nothing
+    if sum(any(d > 0 for _, d in us) for us in units) < 2:
+        return None, None
+    n_prob, width = len(units), max(len(us) for us in units)
+    num = np.zeros((n_prob, width))
+    den = np.zeros((n_prob, width))
+    for i, us in enumerate(units):
+        for j, (a, b) in enumerate(us):
+            num[i, j], den[i, j] = a, b
+    sizes = np.array([len(us) for us in units])
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(num_a), size=(n_boot, len(num_a)))
-    d = den_a[idx].sum(axis=1)
-    keep = d > 0
-    stat = num_a[idx].sum(axis=1)[keep] / d[keep]
+    stats = []
+    for start in range(0, n_boot, chunk):
+        b = min(chunk, n_boot - start)
+        idx = rng.integers(0, n_prob, size=(b, n_prob))
+        n = sizes[idx][..., None]
+        pos = np.minimum((rng.random((b, n_prob, width)) * n).astype(int), n - 1)
+        mask = np.arange(width) < n
+        top = (num[idx[..., None], pos] * mask).sum(axis=(1, 2))
+        bottom = (den[idx[..., None], pos] * mask).sum(axis=(1, 2))
+        keep = bottom > 0
+        stats.append(top[keep] / bottom[keep])
+    stat = np.concatenate(stats)
     if log:
         stat = np.exp(stat)
     alpha = (1 - confidence) / 2
@@ -89,9 +109,10 @@ def _num(x: Any) -> Any:
         return (1, str(x))
 
 
-def _rate(per_problem: Sequence[Tuple[int, int]], clustered: bool, confidence: float) -> Dict[str, Any]:
-    k, n = sum(a for a, _ in per_problem), sum(b for _, b in per_problem)
-    lo, hi = (_bootstrap([a for a, _ in per_problem], [b for _, b in per_problem], confidence) if clustered
+def _rate(hits: Sequence[Sequence[bool]], clustered: bool, confidence: float) -> Dict[str, Any]:
+    """``hits``: per problem, one flag per unit. Wilson over problems, or the two-stage bootstrap."""
+    k, n = sum(sum(h) for h in hits), sum(len(h) for h in hits)
+    lo, hi = (_bootstrap([[(float(x), 1.0) for x in h] for h in hits], confidence) if clustered
               else wilson(k, n, confidence))
     return {"k": k, "n": n, "value": k / n if n else None, "ci_low": lo, "ci_high": hi}
 
@@ -105,17 +126,17 @@ def summarise(records: Sequence[Mapping[str, Any]], thresholds: Sequence[float] 
         clustered = view == "all"
         rows = list(units.values())
         out: Dict[str, Any] = {"problems": len(rows), "units": sum(len(u) for u in rows)}
-        out["correct"] = _rate([(sum(bool(u["correct"]) for u in us), len(us)) for us in rows], clustered,
-                               confidence)
-        logs = [[math.log(u["speedup"]) for u in us if u["correct"] and u["speedup"]] for us in rows]
-        n_ok = sum(len(x) for x in logs)
-        gm = math.exp(sum(sum(x) for x in logs) / n_ok) if n_ok else None
-        lo, hi = _bootstrap([sum(x) for x in logs], [len(x) for x in logs], confidence, log=True)
+        out["correct"] = _rate([[bool(u["correct"]) for u in us] for us in rows], clustered, confidence)
+        logs = [[(math.log(u["speedup"]), 1.0) if u["correct"] and u["speedup"] else (0.0, 0.0) for u in us]
+                for us in rows]
+        n_ok = int(sum(d for us in logs for _, d in us))
+        gm = math.exp(sum(a for us in logs for a, _ in us) / n_ok) if n_ok else None
+        lo, hi = _bootstrap(logs, confidence, log=True)
         out["geomean"] = {"value": gm, "n": n_ok, "ci_low": lo, "ci_high": hi}
         out["fast_p"] = {}
         for p in thresholds:
-            point = [(sum(bool(u["correct"] and u["speedup"] > p) for u in us), len(us)) for us in rows]
-            lower = [(sum(bool(u["correct"] and (u["ci_low"] or 0.0) > p) for u in us), len(us)) for us in rows]
+            point = [[bool(u["correct"] and u["speedup"] > p) for u in us] for us in rows]
+            lower = [[bool(u["correct"] and (u["ci_low"] or 0.0) > p) for u in us] for us in rows]
             out["fast_p"][p_key(p)] = {**_rate(point, clustered, confidence),
                                     "lower_bound": _rate(lower, clustered, confidence)}
         views[view] = out
