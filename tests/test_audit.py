@@ -386,5 +386,7 @@ def test_every_candidate_intervals_resample_samples_within_problems_too():
              "ci_low": 0.9} for p in range(4) for s in range(3)]
     got = rep.summarise(recs)["all"]["correct"]
     assert got["value"] == pytest.approx(2 / 3) and got["ci_low"] < 0.6 and got["ci_high"] > 0.75
+    none = rep.summarise(recs)["all"]["fast_p"]["2"]  # no candidate above 2x: Wilson over the 4 problems
+    assert (none["k"], none["ci_low"], round(none["ci_high"], 2)) == (0, 0.0, 0.49)
     one = rep.summarise([r for r in recs if r["problem"] == 0])["all"]
     assert one["correct"]["ci_low"] is None and one["geomean"]["ci_low"] is None

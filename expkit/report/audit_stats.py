@@ -112,8 +112,12 @@ def _num(x: Any) -> Any:
 def _rate(hits: Sequence[Sequence[bool]], clustered: bool, confidence: float) -> Dict[str, Any]:
     """``hits``: per problem, one flag per unit. Wilson over problems, or the two-stage bootstrap."""
     k, n = sum(sum(h) for h in hits), sum(len(h) for h in hits)
-    lo, hi = (_bootstrap([[(float(x), 1.0) for x in h] for h in hits], confidence) if clustered
-              else wilson(k, n, confidence))
+    if not clustered:
+        lo, hi = wilson(k, n, confidence)
+    elif k in (0, n):  # nothing to resample: Wilson's over the problems, the independent units
+        lo, hi = wilson(len(hits) if k else 0, len(hits), confidence)
+    else:
+        lo, hi = _bootstrap([[(float(x), 1.0) for x in h] for h in hits], confidence)
     return {"k": k, "n": n, "value": k / n if n else None, "ci_low": lo, "ci_high": hi}
 
 
