@@ -212,6 +212,10 @@ def test_a_usage_error_is_one_line(tmp_path):
         audit.run_audit([str(RUN)], preset="fast", out=tmp_path / "a")
     with pytest.raises(ExpkitError, match="measure=default: give the first pass's preset as --measure default"):
         audit.run_audit([str(RUN)], overrides=["measure=default"], out=tmp_path / "a")
+    with pytest.raises(ExpkitError, match="--device cuda, and this machine's launcher sees no GPU"):
+        audit.run_audit([str(RUN)], device="cuda", out=tmp_path / "g",
+                        launcher=LocalLauncher(LauncherSettings(), gpus=[]))
+    assert not (tmp_path / "g").exists()  # refused before any folder was made
     with pytest.raises(ExpkitError, match="--claims .*nope.csv: no such file"):
         audit.run_audit([str(RUN)], claims=tmp_path / "nope.csv", out=tmp_path / "a")
 

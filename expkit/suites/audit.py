@@ -240,11 +240,25 @@ def _cache_env(session_dir: Path, name: str) -> Tuple[Tuple[str, str], ...]:
     return tuple(out)
 
 
-def _auto_device(device: str, launch: Any) -> str:
+def _gpus(settings: Any, launcher: Any) -> Optional[List[str]]:
+    """The GPUs the launcher will use here; None where it finds them elsewhere (SLURM)."""
+    if launcher is not None:
+        return launcher.gpus()
+    if settings.launcher.name == "local":
+        from .launchers import visible_gpus
+
+        return visible_gpus()
+    return None
+
+
+def _auto_device(device: str, gpus: Optional[List[str]]) -> str:
     """``auto``: CUDA where the launcher sees a GPU (a SLURM launcher sees none here: say ``--device``)."""
-    if device != "auto":
-        return device
-    return "cuda" if launch.gpus() else "cpu"
+    if device == "auto":
+        return "cuda" if gpus else "cpu"
+    if device == "cuda" and gpus == []:
+        raise ExpkitError("audit: --device cuda, and this machine's launcher sees no GPU (CUDA_VISIBLE_DEVICES); "
+                          "audit on the CPU with --device cpu, or submit to a cluster with launcher=slurm")
+    return device
 
 
 def _slots(launch: Any, device: str) -> Optional[int]:
@@ -346,13 +360,13 @@ def _planned(paths: Sequence[str], *, problems: Optional[Path], out: Optional[Pa
     claimed = rep.read_claims(Path(claims)) if claims is not None else None
     from ..manifest.settings import load_settings
 
-    load_settings(list(_with_preset(extra, preset)))  # a bad override fails here, before any folder is made
+    # Everything a user can get wrong fails here, before any folder is made.
+    settings = load_settings(list(_with_preset(extra, preset)))
+    device = _auto_device(device, _gpus(settings, launcher))
     if out is not None and (Path(out) / rep.AUDIT).is_file():
         raise ExpkitError(f"{out}: already an audit; finish it with --resume {out}, or pick a new --out")
     session_dir = ses.open_session(Path(out)) if out is not None else \
         ses.new_session(root, name=f"audit-{Path(paths[0]).name or 'run'}")
-    settings, launch = _launch(extra, preset, session_dir, launcher)
-    device = _auto_device(device, launch)
     orphans: List[str] = []
     missing: List[str] = []
     if len(paths) == 1 and is_generation_run(Path(paths[0])):
