@@ -132,6 +132,9 @@ def test_kernelbench_layout_pairs_kernels_with_problems_by_id(tmp_path):
     assert roots == str((tmp_path / "KernelBench" / "level1").resolve())
     text = Path(cands[0].manifest).read_text()
     assert "expkit audit" in text and "forbid_baseline" not in text.split("cases:")[1]
+    # --problems: KernelBench's checkout, its KernelBench/ folder or the level's folder.
+    for given in (tmp_path, tmp_path / "KernelBench", tmp_path / "KernelBench" / "level1"):
+        assert audit.kernelbench_candidates(run, tmp_path / "m3", device="cpu", problems=given)[3] == roots
     allowed, *_ = audit.kernelbench_candidates(run, tmp_path / "m2", device="cpu", allow_baseline_ops=True)
     assert "expect: {forbid_baseline: false}" in Path(allowed[0].manifest).read_text()
 

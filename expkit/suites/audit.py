@@ -96,7 +96,7 @@ def problem_folder(run_dir: Path, level: int, problems: Optional[Path]) -> Path:
         for cand in (Path(problems) / f"level{level}", Path(problems) / "KernelBench" / f"level{level}",
                      Path(problems)):
             if cand.is_dir() and any(cand.glob("*.py")):
-                return cand
+                return cand.resolve()
         raise ExpkitError(f"--problems {problems}: holds neither level{level}/ nor problem files "
                           f"(give KernelBench's KernelBench/ folder, or its level{level}/)")
     run_dir = Path(run_dir).resolve()
