@@ -65,6 +65,9 @@ def test_every_candidate_is_an_outcome_row_with_its_reason(audited):
     for r in finals.values():
         assert r["final"] and (audited / r["run_dir"] / "report.md").is_file(), r
         assert r["speedup"] is not None or not r["correct"]
+        stored = store.load_result(audited / r["run_dir"] / "result.json")  # the record is the run's verdict
+        assert r["verdict"] == stored["verdict"]
+        assert r["correct"] == (stored["verdict"] != "invalid")  # none here is unmeasured
 
 
 def test_records_stream_one_line_per_attempt(audited):

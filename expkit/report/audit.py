@@ -130,6 +130,8 @@ def record(candidate: Mapping[str, Any], *, status: str, result: Optional[Mappin
         return rec
     overall = (result.get("measured") or {}).get("overall") or {}
     category, kind, reason = classify(result)
+    if not reason and result.get("verdict") == "inconclusive":
+        reason = next(iter(result.get("reasons") or []), "")  # why more measurement was (or is) needed
     rec.update(verdict=result.get("verdict"), correct=is_correct(result), speedup=overall.get("speedup"),
                ci_low=overall.get("ci_low"), ci_high=overall.get("ci_high"), category=category, kind=kind,
                reason=reason[:400], memory=_memory(result))
