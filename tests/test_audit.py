@@ -400,3 +400,24 @@ def test_every_candidate_intervals_resample_samples_within_problems_too():
     assert (none["k"], none["ci_low"], round(none["ci_high"], 2)) == (0, 0.0, 0.49)
     one = rep.summarise([r for r in recs if r["problem"] == 0])["all"]
     assert one["correct"]["ci_low"] is None and one["geomean"]["ci_low"] is None
+
+
+def test_the_command_prints_the_summary_or_the_records_as_json(tmp_path, capsys, monkeypatch):
+    from expkit.cli import main
+
+    folder = _synthetic_audit(tmp_path / "synthetic")
+    seen = {}
+
+    def fake(paths, **kwargs):
+        seen.update(kwargs, paths=paths)
+        return audit.AuditOutcome(folder, tuple(rep.final_records(folder)), folder / rep.AUDIT_REPORT, 0)
+
+    monkeypatch.setattr(audit, "run_audit", fake)
+    assert main(["audit", "runs/x", "--jobs", "3", "--budget", "60", "measure.max_seconds=2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["audit"] == str(folder) and len(out["records"]) == 12
+    assert seen["paths"] == ["runs/x"] and seen["overrides"] == ["measure.max_seconds=2"]
+    assert (seen["jobs"], seen["budget"], seen["preset"], seen["retries"]) == (3, 60.0, "quick", 1)
+    assert main(["audit", "runs/x", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("# Audit synthetic") and "## Candidates" not in text and f"report: {folder}" in text
