@@ -338,6 +338,11 @@ def test_golden_audit_report(tmp_path):
     assert views["first"]["fast_p"]["1"]["k"] == 3 and views["first"]["fast_p"]["1.5"]["k"] == 2
     assert views["best"]["fast_p"]["2"]["k"] == 2  # problem 2's best (2.6) and problem 4's (3.1)
     assert views["first"]["fast_p"]["1"]["lower_bound"]["k"] == 2  # problem 2's interval reaches below 1
+    # The level's problem with no candidate (5_P5) counts as unsolved where KernelBench counts it.
+    level = rep.summarise(rep.final_records(folder), unjudged=1)
+    assert [(level[v]["fast_p"]["1"]["k"], level[v]["fast_p"]["1"]["n"]) for v in ("first", "all", "best")] == [
+        (3, 5), (5, 12), (4, 5)]
+    assert "(3/5)" in text and "so does the one problem of the level with no candidate" in text
 
 
 def test_manifests_group_into_problems_by_their_kernelbench_problem(tmp_path):

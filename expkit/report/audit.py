@@ -312,7 +312,7 @@ def context(session_dir: Path) -> Dict[str, Any]:
     attempts = all_records(session_dir)
     thresholds = tuple(plan.get("thresholds") or THRESHOLDS)
     conf = float(plan.get("confidence") or 0.95)
-    views = summarise(records, thresholds, conf)
+    views = summarise(records, thresholds, conf, unjudged=len(plan.get("problems_without_candidates") or []))
     table, lower = _summary_tables(views, thresholds)
     claims, summary_claims = _claim_rows(records, views, plan.get("claims"))
     return {
@@ -320,6 +320,7 @@ def context(session_dir: Path) -> Dict[str, Any]:
         "source": cell(", ".join(plan.get("inputs") or [])),
         "problems_root": cell(plan.get("problems_root") or "n/a"),
         "n_candidates": len(plan.get("candidates") or []), "n_problems": views["all"]["problems"],
+        "n_unjudged": len(plan.get("problems_without_candidates") or []),
         "finished": len(records), "preset": plan.get("preset"), "device": plan.get("device"),
         "table": table, "lower": lower, "invalid": _invalid_rows(records),
         "rows": _candidate_rows(session_dir, plan, records, attempts),

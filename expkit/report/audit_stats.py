@@ -122,11 +122,18 @@ def _rate(hits: Sequence[Sequence[bool]], clustered: bool, confidence: float) ->
 
 
 def summarise(records: Sequence[Mapping[str, Any]], thresholds: Sequence[float] = THRESHOLDS,
-              confidence: float = 0.95) -> Dict[str, Any]:
-    """The field's measures for each view (``first``, ``all``, ``best``), each with its interval."""
+              confidence: float = 0.95, unjudged: int = 0) -> Dict[str, Any]:
+    """The field's measures for each view (``first``, ``all``, ``best``), each with its interval.
+
+    ``unjudged`` problems of the level had no candidate in the run: the first and best-of-k
+    views count each as a problem not solved, as KernelBench's analysis does (it scores every
+    problem of the level); the every-candidate view has no unit for them."""
     views: Dict[str, Any] = {}
     for view in ("first", "all", "best"):
         units = _units(records, view)
+        if view != "all":
+            for i in range(unjudged):
+                units[("unjudged", i)] = [{"correct": False, "speedup": None, "ci_low": None}]
         clustered = view == "all"
         rows = list(units.values())
         out: Dict[str, Any] = {"problems": len(rows), "units": sum(len(u) for u in rows)}
