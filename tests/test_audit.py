@@ -426,3 +426,22 @@ def test_the_command_prints_the_summary_or_the_records_as_json(tmp_path, capsys,
     assert main(["audit", "runs/x", "--quiet"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("# Audit synthetic") and "## Candidates" not in text and f"report: {folder}" in text
+
+
+def test_on_gpus_each_candidate_gets_one_gpu_and_cuda_manifests(tmp_path):
+    """The GPU path without a GPU: a local launcher told of two GPUs, a fake supervisor."""
+    run = _one_candidate(tmp_path)
+    shutil.copy(RUN / "level_1_problem_2_sample_0_kernel.py", run)
+    placed = []
+
+    def supervise(job, start, cancel=None):
+        placed.append((Path(job.run_dir).name, job.gpu, job.device))
+        store.write_json(Path(job.run_dir) / store.RESULT, _fake_result("supported", 1.5))
+        return Outcome(job.run_dir, DONE, "supported", 0, seconds=1.0)
+
+    out = audit.run_audit([str(run)], out=tmp_path / "a",
+                          launcher=LocalLauncher(LauncherSettings(), gpus=["0", "1"], supervisor=supervise))
+    assert sorted(placed) == [("level_1_problem_2_sample_0", "0", "cuda"), ("level_1_problem_2_sample_1", "1", "cuda")]
+    assert "device: cuda" in (out.session_dir / "manifests" / "level_1_problem_2_sample_0.yaml").read_text()
+    plan = json.loads((out.session_dir / rep.AUDIT).read_text())
+    assert plan["device"] == "cuda" and plan["slots"] == 2
