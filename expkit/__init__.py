@@ -14,7 +14,7 @@ __all__ = [
     "Manifest", "LoadedManifest", "load_manifest",
     "Settings", "load_settings",
     "Workload",
-    "run", "load", "Result",
+    "run", "load", "Result", "audit",
     "__version__",
 ]
 
@@ -28,7 +28,7 @@ def __getattr__(name: str) -> object:
         return Workload
     # The Python API (expkit/api/): ``expkit.run``, ``expkit.load`` and their ``Result``,
     # imported on first use for the same reason (the runner brings torch).
-    if name in ("run", "load", "Result"):
+    if name in ("run", "load", "Result", "audit"):
         from . import api
 
         return getattr(api, name)

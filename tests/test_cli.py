@@ -192,6 +192,7 @@ COMMAND_STAGES = [
     (["validate", "{manifest}"], "expkit.manifest.spec", "load"),
     (["schema"], "expkit.manifest.json_schema", "render"),
     (["doctor"], "expkit.cli.doctor", "diagnose"),
+    (["audit", "{manifest}", "--quiet"], "expkit.suites.audit", "run_audit"),
 ]
 
 

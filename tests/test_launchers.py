@@ -62,3 +62,26 @@ def test_suite_through_submitit_local_executor(tmp_path):
     assert len(jobs) == 2
     w = json.loads((tmp_path / "s" / "healthy" / "worker.json").read_text())
     assert w["start_method"] == "spawn"  # a fresh interpreter on the node
+
+
+@pytest.mark.slow
+def test_an_audit_runs_through_the_slurm_path(tmp_path):
+    """``expkit audit`` through submitit's local executor: one job per attempt, in a fresh
+    interpreter, with the candidate's own compile caches in its job's environment."""
+    import shutil
+
+    from expkit.suites.audit import run_audit
+
+    data = Path(__file__).parent / "data" / "audit"
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    shutil.copytree(data / "KernelBench", tmp_path / "KernelBench")
+    shutil.copy(data / "runs" / "tiny" / "level_1_problem_2_sample_1_kernel.py", run)
+    out = run_audit([str(run)], out=tmp_path / "a", device="cpu", preset="quick",
+                    overrides=FAST[1:] + ["launcher=slurm", "launcher.cluster=local", "launcher.poll_seconds=0.5",
+                                          "launcher.timeout_seconds=120", "launcher.time_minutes=5"])
+    (rec,) = out.records
+    assert rec["correct"] and rec["status"] == "done", rec
+    job = json.loads((out.session_dir / rec["run_dir"] / "job.json").read_text())
+    assert dict(job["env"])["TRITON_CACHE_DIR"].endswith("level_1_problem_2_sample_1/triton")
+    assert json.loads((out.session_dir / rec["run_dir"] / "worker.json").read_text())["start_method"] == "spawn"

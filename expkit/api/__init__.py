@@ -71,7 +71,7 @@ MANIFEST_FILE = "manifest.yaml"
 #: escapes it, so that the command line's boundary can write its details there.
 RUN_DIR_ATTR = "expkit_run_dir"
 
-__all__ = ["run", "load", "Result", "CaseResult", "SideTime", "Overall", "settings_overrides", "manifest_dict",
+__all__ = ["run", "load", "audit", "Result", "CaseResult", "SideTime", "Overall", "settings_overrides", "manifest_dict",
            "claim_manifest", "reference", "prepare", "write_manifest", "Prepared", "ManifestLike", "MANIFEST_FILE",
            "DICT_SOURCE", "RUN_DIR_ATTR", "ProgressFn"]
 
@@ -166,3 +166,15 @@ def load(run_dir: Union[str, "os.PathLike[str]"]) -> Result:
             "give the folder `expkit run` wrote (it holds result.json)"
         raise ExpkitError(f"{run_dir}: no {store.RESULT} here ({hint})")
     return Result.from_result(store.load_result(path), run_dir)
+
+
+def audit(paths: Union[str, Sequence[str]], **options: Any) -> Any:
+    """Judge every candidate of a generation run: :func:`expkit.suites.audit.run_audit`.
+
+    ``paths`` is a run's folder in KernelBench's layout, or manifests; ``options`` are
+    ``run_audit``'s (``problems``, ``out``, ``overrides``, ``preset``, ``jobs``,
+    ``retries``, ``budget``, ``claims``, ...). Returns its ``AuditOutcome``: the final
+    record of each candidate, the audit folder and ``audit.md`` (docs/audit.md)."""
+    from ..suites.audit import run_audit
+
+    return run_audit([paths] if isinstance(paths, (str, os.PathLike)) else list(paths), **options)

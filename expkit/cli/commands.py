@@ -84,6 +84,34 @@ def _parsers() -> Tuple[_Parser, Dict[str, _Parser]]:
                      help="an integer global of the problems (e.g. batch_size) to vary in the preflight")
     imp.add_argument("--overwrite", action="store_true", help="replace manifests that already exist")
 
+    aud = sub.add_parser("audit", help="judge every candidate of a generation run: fast_p, geometric mean, "
+                         "correctness, each with its interval; cheats counted by reason")
+    aud.add_argument("paths", nargs="*", help="a generation run's folder in KernelBench's layout "
+                     "(level_L_problem_P_sample_S_kernel.py files), or manifests, folders or quoted globs of them; "
+                     "key=value words are runner settings")
+    aud.add_argument("--problems", type=Path, default=None, metavar="DIR",
+                     help="KernelBench's KernelBench/ folder (or a levelN/ folder); default: found beside the run")
+    aud.add_argument("--out", type=Path, default=None, help="the audit folder (default: a new one under reports/)")
+    aud.add_argument("--measure", default="quick", choices=("quick", "default", "rigorous"),
+                     help="the first pass's preset (default quick); an inconclusive verdict moves up one per retry")
+    aud.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                     help="for a KernelBench run (default: cuda where the launcher sees a GPU)")
+    aud.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
+    aud.add_argument("--jobs", type=int, default=None, help="CPU workers at a time (GPU: one per GPU)")
+    aud.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                     help="per attempt, after which it is killed and recorded as hanging (launcher.timeout_seconds)")
+    aud.add_argument("--retries", type=int, default=1, help="re-measurements of an inconclusive candidate (default 1)")
+    aud.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                     help="worker seconds all retries together may spend (default: no limit but --retries)")
+    aud.add_argument("--claims", type=Path, default=None, metavar="FILE",
+                     help="the run's own figures: per-problem speedups (CSV/JSON) or a summary (JSON)")
+    aud.add_argument("--allow-baseline-ops", action="store_true",
+                     help="do not count a candidate that runs the reference's own ops as a cheat (identity sweeps)")
+    aud.add_argument("--resume", type=Path, default=None, metavar="AUDIT_DIR",
+                     help="finish an audit: judge the candidates that have no final record yet")
+    aud.add_argument("--json", action="store_true", help="print the final records as JSON")
+    aud.add_argument("--quiet", action="store_true", help="no line per candidate")
+
     bis = sub.add_parser("bisect", help="git bisect with the manifest's verdict as the oracle")
     bis.add_argument("good", help="a commit where the claim holds")
     bis.add_argument("bad", help="a commit where it does not")
@@ -201,6 +229,28 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(f"error: {args.dir}: no problem/solution pair found", file=sys.stderr)
         return USAGE_ERROR
     return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """A whole generation run: see ``suites/audit.py``; exit 0 once every candidate has a record."""
+    from ..suites.audit import run_audit
+    from ..suites.suite import stderr_log
+    from ..report.audit import terminal_summary
+
+    paths = [w for w in args.paths if "=" not in w]
+    overrides = [w for w in args.paths if "=" in w]
+    out = run_audit(paths, problems=args.problems, out=args.out, overrides=overrides, preset=args.measure,
+                    device=args.device, precision=args.precision, jobs=args.jobs, timeout=args.timeout,
+                    retries=args.retries, budget=args.budget, claims=args.claims,
+                    allow_baseline_ops=args.allow_baseline_ops, resume=args.resume,
+                    log=None if args.quiet or args.json else stderr_log)
+    if args.json:
+        print(json.dumps({"audit": str(out.session_dir), "exit_code": out.exit_code,
+                          "interrupted": out.interrupted, "records": list(out.records)}, indent=2))
+    else:
+        print(terminal_summary(out.session_dir))
+        print(f"audit: {out.session_dir}\nreport: {out.report}")
+    return out.exit_code
 
 
 def _plan_progress(prog: object, path: str) -> None:
@@ -324,14 +374,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": cmd_run, "validate": cmd_validate, "report": cmd_report, "session": cmd_session,
-            "compare": cmd_compare, "bisect": cmd_bisect, "import": cmd_import, "schema": cmd_schema,
-            "doctor": cmd_doctor}
+            "compare": cmd_compare, "bisect": cmd_bisect, "audit": cmd_audit, "import": cmd_import,
+            "schema": cmd_schema, "doctor": cmd_doctor}
 
 
 def _details_folder(args: argparse.Namespace) -> Optional[Path]:
     """Where a command keeps its files, for ``error.txt`` (None: a new temporary file)."""
     if args.command == "run":
         return args.out or args.session or args.resume
+    if args.command == "audit":
+        return args.out or args.resume
     return {"report": getattr(args, "run_dir", None), "session": getattr(args, "dir", None)}.get(args.command)
 
 

@@ -8,6 +8,8 @@
   result for a worker that died.
 * :mod:`.kernelbench` -- ``expkit import kernelbench DIR``: manifests from problem files.
 * :mod:`.bisect` -- ``expkit bisect``: ``git bisect`` with a manifest's verdict as the oracle.
+* :mod:`.audit` -- ``expkit audit RUN``: every candidate of a generation run, one worker each,
+  inconclusive verdicts re-measured, KernelBench's summary with intervals (``docs/audit.md``).
 
 Everything here drives :func:`expkit.runner.run_manifest` (in a worker process) and
 reads back what it stored; it is the only stage above the runner.

@@ -79,7 +79,7 @@ def find_pairs(root: Path) -> Tuple[List[Pair], List[Path]]:
 
 
 _MANIFEST = """\
-# Written by `expkit import kernelbench {root}` on {date}.
+# Written by `{command} {root}` on {date}.
 # The claim below is the importer's default ({speedup:g}x with tolerance {tolerance:g}: "correct and
 # at least as fast", KernelBench's fast_1 bar less the tolerance); replace it with what was claimed.
 # A candidate that runs the baseline's own ops is invalid by default (expect.forbid_baseline);
@@ -93,7 +93,7 @@ kernelbench:
 {free}claim:
   speedup: {speedup}
   tolerance: {tolerance}
-  source: "expkit import kernelbench"
+  source: "{command}"
 device: {device}
 cases:
   - name: default
@@ -107,6 +107,23 @@ def _int_global(path: Path, name: str) -> Optional[int]:
             if isinstance(node.value, ast.Constant) and isinstance(node.value.value, int):
                 return int(node.value.value)
     return None
+
+
+def manifest_text(pair: Pair, out: Path, name: str, *, root: Path, device: str = "cuda", precision: str = "fp32",
+                  speedup: float = 1.0, tolerance: float = 0.05, params: Optional[Dict[str, int]] = None,
+                  extra: str = "", command: str = "expkit import kernelbench") -> str:
+    """The manifest of one pair, written to sit in ``out`` (its paths are relative to it).
+
+    ``extra`` is YAML appended as it is (``expkit audit`` adds ``expect:`` there)."""
+    params = params or {}
+    return _MANIFEST.format(
+        command=command, root=root, date=_dt.date.today().isoformat(), name=name, speedup=speedup, tolerance=tolerance,
+        problem_name=pair.problem.name, solution_name=pair.solution.name,
+        problem=os.path.relpath(pair.problem, out), solution=os.path.relpath(pair.solution, out),
+        precision=precision, device=device,
+        free=f"  free: [{', '.join(params)}]\n" if params else "",
+        params=("    params: {" + ", ".join(f"{k}: {v}" for k, v in params.items()) + "}\n") if params else "",
+    ) + extra
 
 
 def write_manifests(root: Path, out: Optional[Path] = None, *, device: str = "cuda", precision: str = "fp32",
@@ -143,14 +160,7 @@ def write_manifests(root: Path, out: Optional[Path] = None, *, device: str = "cu
             raise ExpkitError(f"{target}: already exists (pass --overwrite to replace it)")
         params = {g: v for g in free if (v := _int_global(pair.problem, g)) is not None}
         found.update(params)
-        text = _MANIFEST.format(
-            root=root, date=_dt.date.today().isoformat(), name=name, speedup=speedup, tolerance=tolerance,
-            problem_name=pair.problem.name, solution_name=pair.solution.name,
-            problem=os.path.relpath(pair.problem, out), solution=os.path.relpath(pair.solution, out),
-            precision=precision, device=device,
-            free=f"  free: [{', '.join(params)}]\n" if params else "",
-            params=("    params: {" + ", ".join(f"{k}: {v}" for k, v in params.items()) + "}\n") if params else "",
-        )
-        atomic_write(target, text)
+        atomic_write(target, manifest_text(pair, out, name, root=root, device=device, precision=precision,
+                                           speedup=speedup, tolerance=tolerance, params=params))
         written.append(target)
     return written, orphans

@@ -144,7 +144,7 @@ def _read_suite(session_dir: Path) -> Dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def _resume_overrides(recorded: Sequence[str], given: Sequence[str]) -> List[str]:
+def resume_overrides(recorded: Sequence[str], given: Sequence[str]) -> List[str]:
     """A resumed suite keeps its measurement settings; only ``launcher.*`` may change."""
     bad = [o for o in given if not o.lstrip("+~").startswith("launcher")]
     if bad:
@@ -186,7 +186,7 @@ def run_suite(paths: Sequence[str] = (), overrides: Sequence[str] = (), *, out: 
         if not (session_dir / ses.SESSION).is_file():
             raise ExpkitError(f"{session_dir}: not a session folder (no {ses.SESSION}); "
                               "--resume takes the folder a suite printed")
-        overrides = _resume_overrides(_read_suite(session_dir).get("overrides", []), overrides)
+        overrides = resume_overrides(_read_suite(session_dir).get("overrides", []), overrides)
     settings = load_settings(overrides)
     todo: List[Tuple[Path, str]] = []  # (run folder, manifest path)
     rows: Dict[str, Row] = {}
@@ -267,7 +267,7 @@ def run_suite(paths: Sequence[str] = (), overrides: Sequence[str] = (), *, out: 
             + (f" ({row.note})" if row.note else "") + f" [{finished}/{total}]")
 
     interrupted = False
-    restore = _sigterm_as_interrupt()
+    restore = sigterm_as_interrupt()
     try:
         launch.run(jobs, on_start, on_done)
     except KeyboardInterrupt:
@@ -287,7 +287,7 @@ def run_suite(paths: Sequence[str] = (), overrides: Sequence[str] = (), *, out: 
     return SuiteOutcome(session_dir, ordered, code, report, interrupted)
 
 
-def _sigterm_as_interrupt() -> Callable[[], None]:
+def sigterm_as_interrupt() -> Callable[[], None]:
     """While a suite runs, SIGTERM stops it the way Ctrl-C does (workers killed, runs kept)."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None

@@ -100,6 +100,9 @@ class Job:
     timeout: float = 1800.0
     cwd: str = field(default_factory=os.getcwd)
     threads: Optional[int] = None  # torch intra-op threads; None keeps torch's default
+    #: Environment variables set in the worker before the manifest runs (``expkit audit``
+    #: gives each candidate its own compile caches this way); every process it starts inherits them.
+    env: Tuple[Tuple[str, str], ...] = ()
 
     def write(self) -> Path:
         path = Path(self.run_dir) / JOB
@@ -110,6 +113,7 @@ class Job:
     def read(cls, run_dir: Path) -> "Job":
         data = json.loads((Path(run_dir) / JOB).read_text())
         data["overrides"] = tuple(data.get("overrides", ()))
+        data["env"] = tuple(tuple(kv) for kv in data.get("env", ()))
         return cls(**data)
 
 
@@ -187,6 +191,7 @@ def run_job(job: Job) -> int:
     faulthandler.register(DUMP_SIGNAL, all_threads=True)
     if job.gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = job.gpu
+    os.environ.update(dict(job.env))
     try:
         os.chdir(job.cwd)  # relative paths in overrides mean what they meant to the suite
     except OSError:
@@ -237,7 +242,8 @@ def _release_forkserver() -> None:
 
 def _forked_main(job_json: str) -> None:
     """Entry point of a worker forked from the fork server."""
-    job = Job(**{**json.loads(job_json), "overrides": tuple(json.loads(job_json)["overrides"])})
+    data = json.loads(job_json)
+    job = Job(**{**data, "overrides": tuple(data["overrides"]), "env": tuple(tuple(kv) for kv in data.get("env", ()))})
     os.setsid()
     _release_forkserver()
     die_with_parent()
