@@ -1,10 +1,8 @@
 """Check a candidate's profiler trace against the manifest's ``expect:`` block.
 
-The question is "did the kernel the claim is about actually run?" -- in the regression
-story behind this module a "vectorized, 384-thread" kernel was credited with a 1.7x
-speedup while the bindings still launched the old 128-thread one. Each check returns
-a :class:`Finding` whose message names both what was expected and what ran, so a
-failed check reads as a diagnosis rather than a bare "identity failed".
+The question is "did the kernel the claim is about actually run?". Each check returns a
+:class:`Finding` whose message names both what was expected and what ran, so a failed
+check reads as a diagnosis rather than a bare "identity failed".
 
 Patterns (``must_run``, ``must_not_run``, ``allow``, ``launch[].kernel``) are
 case-sensitive globs (:func:`fnmatch.fnmatchcase`) or, prefixed ``re:``, regular
