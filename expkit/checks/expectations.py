@@ -17,9 +17,8 @@ Checks, in the order their findings come back:
 
 ``identity`` (``must_run``)
     Each pattern must match an op (CPU) or an op or a kernel (GPU) of the candidate.
-    On GPU an op name only proves which wrapper was called -- in the story the
-    wrapper's name was right and its kernel wrong -- so GPU claims should also name
-    the kernel in a ``launch`` entry.
+    On GPU an op name only proves which wrapper was called, so GPU claims should also
+    name the kernel in a ``launch`` entry.
 ``forbidden`` (``must_not_run`` and ``forbid_baseline``)
     No op or kernel may match ``must_not_run``. With ``forbid_baseline`` the
     baseline's own work may not appear in the candidate unless ``allow`` matches it:
@@ -31,16 +30,13 @@ Checks, in the order their findings come back:
 ``launch`` (GPU)
     For each entry, at least one candidate kernel matching the name pattern must
     have exactly the expected block and grid and at most the expected shared memory
-    and registers. The name must match too: block size alone is never proof -- on
-    an H100 the cuDNN SDPA kernel also runs 384 threads per block (fixture
-    ``tests/data/traces/sdpa_fp16.json``), the same count as the story's kernel.
+    and registers. The name must match too: block size alone is never proof (cuDNN's
+    SDPA kernel also runs 384 threads per block, ``tests/data/traces/sdpa_fp16.json``).
 ``stream`` (GPU, ``same_stream``)
     Every candidate kernel must run on the stream the harness times, or be ordered
-    with it at both ends of the call (it waits for the caller's earlier work and the
-    caller's stream waits for it before going on: a library's own streams, such as
-    cuDNN's for grouped convolutions; :meth:`.trace.Trace.unordered_kernels`). Work
-    on a side stream that is not ordered so escapes a timer that records events on the
-    harness stream, and the caller may read an output it has not finished.
+    with it at both ends of the call (a library's own streams, such as cuDNN's for
+    grouped convolutions; :meth:`.trace.Trace.unordered_kernels`). Unordered side-stream
+    work escapes a timer that records events on the harness stream.
 
 On a CPU-only trace (no CUDA activity recorded) ``launch`` and ``stream`` findings
 are "not applicable": ``ok`` with a message saying so, never a silent pass and never
@@ -98,15 +94,10 @@ STRUCTURAL_OPS: Tuple[str, ...] = (
     "aten::constant_pad_nd", "aten::pad",
 )
 
-#: Kernels any implementation may launch, excluded from the baseline's fingerprint
-#: (matched against the full demangled name). Their GPU counterparts of the ops
-#: above: the fill kernel behind ``fill_``/``zero_``/``zeros`` (its name, with
-#: ``FillFunctor``, is in every GPU fixture, launched by the harness marker) and
-#: torch's copy kernels behind ``copy_``/``clone``/``contiguous`` and dtype
-#: conversion, whose lambdas are defined in ``direct_copy_kernel_cuda`` (and
-#: ``float8_copy_kernel_cuda``) in ``aten/src/ATen/native/cuda/Copy.cu``. memset and
-#: memcpy are separate trace categories that the parser does not read as kernels;
-#: the ``Memset``/``Memcpy`` names are listed in case a tool reports them as kernels.
+#: Kernels any implementation may launch, excluded from the baseline's fingerprint (full
+#: demangled names): the fill kernel behind ``fill_``/``zero_`` and torch's copy kernels
+#: (``direct_copy_kernel_cuda`` in ATen's ``Copy.cu``); ``Memset``/``Memcpy`` in case a tool
+#: reports them as kernels.
 STRUCTURAL_KERNELS: Tuple[str, ...] = (
     "*FillFunctor*", "*copy_kernel_cuda*", "Memset*", "Memcpy*",
 )
