@@ -133,8 +133,7 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
         raise ExpkitError(f"{lm.path}: device: the manifest needs a CUDA GPU and none is visible "
                           "(run it on a GPU machine, or see manifests/examples/cpu/ for CPU examples)")
     run_seed = settings.seed if settings.seed is not None else secrets.randbits(62)
-    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(m.name)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = store.make_folder(Path(out_dir) if out_dir is not None else default_out_dir(m.name), "run folder")
 
     env = environment.capture(lm.folder, device, [], gpu=pair.gpu if device == "cuda" else None)
     env["sources"] = pair.sources()

@@ -333,3 +333,53 @@ def test_the_command_ends_without_teardown_but_runs_exit_handlers_and_flushes(tm
     bad = subprocess.run([sys.executable, "-c", script, "validate", str(tmp_path / "missing.yaml")],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "error:" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+
+
+# --- paths a command reads or writes: one line naming the path, exit 2, nothing created (issue 51) ---------
+
+
+def _one_usage_line(capsys, code):
+    captured = capsys.readouterr()
+    assert code == 2, captured.err
+    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err + captured.out, captured.err
+    assert " failed in " not in captured.err and "exit 6" not in captured.err, captured.err
+    return captured.err
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["report", "{tmp}/missing"], "missing: no such folder"),
+    (["report", "{tmp}/empty"], "empty: not a run folder, no result.json in it"),
+    (["report", "{tmp}/session"], "session: not a run folder, no result.json in it (it holds run folders (run)"),
+    (["session", "{tmp}/missing"], "missing: no such folder"),
+    (["compare", "{tmp}/missing", "{tmp}/empty"], "missing: no such folder"),
+    (["compare", "{tmp}/session", "{tmp}/missing"], "missing: no such folder"),
+    (["validate", "{tmp}/missing.yaml"], "missing.yaml: no such file or folder"),
+    (["run", "{tmp}/missing.yaml", "--quiet"], "missing.yaml: no such file"),
+    (["run", "--resume", "{tmp}/missing", "--quiet"], "missing: not a session folder"),
+    (["import", "kernelbench", "{tmp}/missing"], "missing: not a folder"),
+])
+def test_a_path_that_is_not_what_the_command_reads_is_one_line_and_creates_nothing(tmp_path, capsys, argv, says):
+    """`expkit report` on a missing folder was exit 6, "a failure of expkit", and made the
+    folder to hold error.txt; every command that reads a path says what is wrong with it."""
+    import shutil
+
+    (tmp_path / "empty").mkdir()
+    shutil.copytree(ROOT / "tests" / "data" / "results" / "session" / "honest-win", tmp_path / "session" / "run")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    err = _one_usage_line(capsys, main([a.format(tmp=tmp_path) for a in argv]))
+    assert says in err, err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing made, nothing written
+
+
+def test_a_damaged_result_json_is_one_line_naming_it(tmp_path, capsys):
+    (tmp_path / "result.json").write_text('{"verdict": "supp')
+    err = _one_usage_line(capsys, main(["report", str(tmp_path)]))
+    assert "result.json: not a result.json expkit can read" in err and "run the manifest again" in err
+
+
+@pytest.mark.parametrize("option", ["--out", "--session"])
+def test_an_output_folder_that_cannot_be_made_is_one_line(tmp_path, capsys, option):
+    (tmp_path / "a-file").write_text("")
+    err = _one_usage_line(capsys, main(["run", str(CPU / "honest-win.yaml"), option, str(tmp_path / "a-file" / "o"),
+                                        "--quiet", "measure=quick"]))
+    assert "a-file/o: cannot create the " in err and "give a folder you can write to" in err

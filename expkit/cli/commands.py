@@ -329,10 +329,13 @@ COMMANDS = {"run": cmd_run, "validate": cmd_validate, "report": cmd_report, "ses
 
 
 def _details_folder(args: argparse.Namespace) -> Optional[Path]:
-    """Where a command keeps its files, for ``error.txt`` (None: a new temporary file)."""
+    """Where a command keeps its files, for ``error.txt`` (None: a new temporary file). A
+    command that reads a folder (``report``, ``session``) names it only where it exists: the
+    details of a failure never create a folder the user did not ask for."""
     if args.command == "run":
         return args.out or args.session or args.resume
-    return {"report": getattr(args, "run_dir", None), "session": getattr(args, "dir", None)}.get(args.command)
+    folder = {"report": getattr(args, "run_dir", None), "session": getattr(args, "dir", None)}.get(args.command)
+    return folder if folder is not None and Path(folder).is_dir() else None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

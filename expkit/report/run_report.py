@@ -362,8 +362,9 @@ def context(result: Dict[str, Any], samples: Any, env: Optional[Mapping[str, Any
 
 
 def render(run_dir: Path, *, plots: bool = True) -> str:
-    """The report of ``run_dir``; with ``plots``, its figures are (re)drawn beside it first."""
-    run_dir = Path(run_dir)
+    """The report of ``run_dir``; with ``plots``, its figures are (re)drawn beside it first.
+    A path that is not a run folder is an :class:`ExpkitError` (exit 2), and nothing is created."""
+    run_dir = store.run_folder(run_dir)
     result = store.load_result(run_dir / store.RESULT)
     samples = store.read_samples(run_dir / store.SAMPLES)
     env = store.load_env(run_dir / store.ENV)
