@@ -70,13 +70,32 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, edit, key):
 
 def test_bad_override_is_exit_2(tmp_path, capsys):
     assert main(["run", str(CPU / "honest-win.yaml"), "measure=quik", "--quiet"]) == 2
-    assert "measure/quik" in capsys.readouterr().err
+    assert "conf/measure/" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("override, says", [
+    ("measure=quik", "override `measure=quik`: no preset `quik` for measure (did you mean `quick`? the measure "
+                     "presets, in conf/measure/, are default, quick, rigorous)"),
+    ("launcher=slurn", "(did you mean `slurm`? the launcher presets, in conf/launcher/, are local, slurm)"),
+    ("measure.target_cl=0.02", "override `measure.target_cl=0.02`: no setting `target_cl` in measure (did you mean "
+                               "`target_ci`? the measure settings are name, warmup_seconds, "),
+    ("mesure=quick", "override `mesure=quick`: no setting `mesure` (did you mean `measure`? the settings are measure, "
+                     "oracle, cost, launcher, defences, seed; the claim itself belongs in the manifest)"),
+    ("seed.value=3", "override `seed.value=3`: `seed` is one value, with no settings under it (give seed=...)"),
+])
+def test_a_misspelt_preset_or_setting_names_the_nearest_and_the_choices(tmp_path, capsys, override, says):
+    """Hydra's own words ("Could not find 'measure/quik'") named neither the nearest name nor
+    the presets there are (issue 51)."""
+    assert main(["run", str(CPU / "honest-win.yaml"), override, "--quiet", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err
+    assert not (tmp_path / "o").exists()  # refused before anything ran
 
 
 @pytest.mark.parametrize("override, says", [
     ("defences.pin_cores=maybe", "Value 'maybe' is not a valid bool"),
     ("measure.max_seconds=abc", "could not be converted to Float"),
-    ("defences.pin_core=true", "Key 'pin_core' not in"),
+    ("defences.pin_core=true", "no setting `pin_core` in defences (did you mean `pin_cores`?"),
 ])
 def test_a_bad_value_or_key_says_what_was_wrong_in_one_line(capsys, override, says):
     assert main(["run", str(CPU / "honest-win.yaml"), override, "--quiet"]) == 2
