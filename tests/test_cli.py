@@ -288,13 +288,44 @@ def test_the_line_names_the_stage_and_where_it_was_raised(tmp_path, capsys, monk
     assert "test_cli.py" in err and "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB;" in err
 
 
-def test_details_go_to_a_temporary_file_when_the_command_has_no_folder(capsys, monkeypatch):
+def test_details_go_to_a_temporary_file_when_the_command_has_no_folder(capsys, monkeypatch, tmp_path):
+    import tempfile
+
+    from expkit.cli.boundary import ERROR_DIR_ENV
+
     monkeypatch.setattr("expkit.manifest.json_schema.render", lambda: 1 / 0)
+    monkeypatch.delenv(ERROR_DIR_ENV)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the system's temporary folder, for this test
     err = _check_one_line(capsys, main(["schema"]), 6)
     path = Path(err.split("traceback in ")[1].split(" (exit")[0])
     text = path.read_text()
+    assert path.parent == tmp_path
     assert path.name.startswith("expkit-error-") and "command: expkit schema" in text and "ZeroDivisionError" in text
-    path.unlink()
+
+
+def test_the_suites_failures_leave_no_details_in_the_systems_temporary_folder(capsys, monkeypatch, tmp_path):
+    """Each test that makes a command fail on purpose left an expkit-error-*.txt in /tmp
+    (12 from test_cli.py alone); the suite's conftest points the boundary at its own
+    temporary folder, which the processes the tests start inherit (issue 51)."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from expkit.cli.boundary import ERROR_DIR_ENV
+
+    system = tmp_path / "system-tmp"
+    system.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system))
+    monkeypatch.setattr("expkit.manifest.json_schema.render", lambda: 1 / 0)
+    err = _check_one_line(capsys, main(["schema"]), 6)
+    path = Path(err.split("traceback in ")[1].split(" (exit")[0])
+    assert path.parent == Path(os.environ[ERROR_DIR_ENV]) and path.is_file()
+    proc = subprocess.run([sys.executable, "-c", "import sys; from expkit.cli import main; "
+                           "import expkit.manifest.json_schema as j; j.render = lambda: 1 / 0; sys.exit(main(['schema']))"],
+                          capture_output=True, text=True, env={**os.environ, "TMPDIR": str(system)}, timeout=120)
+    assert proc.returncode == 6 and f"traceback in {os.environ[ERROR_DIR_ENV]}/expkit-error-" in proc.stderr, proc.stderr
+    assert list(system.iterdir()) == []
 
 
 @pytest.mark.parametrize("candidate,tail", [
