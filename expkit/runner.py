@@ -9,7 +9,6 @@ with the error in its reasons, and the report is still written.
 from __future__ import annotations
 
 import datetime as _dt
-import math
 import random
 import secrets
 import time
@@ -366,10 +365,6 @@ def _where(env: Mapping[str, Any]) -> str:
     return f"CPU: {env.get('cpu', 'unknown')} ({env.get('torch_threads', '?')} torch threads)"
 
 
-def _geomean(xs: Sequence[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
-
-
 def _result(lm: LoadedManifest, settings: Settings, v: Verdict, findings: Sequence[Finding],
             pre: preflight.PreflightResult, estimates: Mapping[str, stats.Estimate],
             measured: Mapping[str, measure.CaseSamples], claims: Mapping[str, float], env: Mapping[str, Any],
@@ -388,14 +383,7 @@ def _result(lm: LoadedManifest, settings: Settings, v: Verdict, findings: Sequen
             "timed_seconds": cs.timed_seconds, "wall_seconds": cs.wall_seconds, "warnings": list(est.warnings),
             **est.record(),
         }
-    overall = None
-    if estimates:
-        ests = list(estimates.values())
-        # Geometric mean across cases; its interval combines the cases' bounds the same
-        # way, which is conservative (it assumes the cases' errors move together).
-        overall = {"speedup": _geomean([e.speedup for e in ests]), "ci_low": _geomean([e.ci_low for e in ests]),
-                   "ci_high": _geomean([e.ci_high for e in ests]), "confidence": settings.measure.confidence,
-                   "cases": len(ests)}
+    overall = stats.overall(list(estimates.values()), settings.measure.confidence)
     gpu_name = (env.get("gpu") or {}).get("name")
     mismatch = None
     if m.claim.claimed_on:

@@ -24,7 +24,7 @@ from .formatting import cell, fmt_duration, fmt_usd, settle_hint, template_env
 from .memory import memory_context
 from .timing import timing_context
 from ..verdict.rules import EXIT_CODES, INCONCLUSIVE
-from ..verdict.wording import direction, fmt_time, fmt_x, headline, speed_phrase
+from ..verdict.wording import direction, fmt_time, fmt_x, headline, overall_definition, speed_phrase
 
 _MARK = {True: "pass", False: "**FAIL**"}
 
@@ -343,7 +343,8 @@ def context(result: Dict[str, Any], samples: Any, env: Optional[Mapping[str, Any
         "confidence": f"{conf:.0%}",
         "cases": cases,
         "case_notes": notes,
-        "interval_text": interval_text(measured.get("cases") or {}, f"{conf:.0%}"),
+        "interval_text": " ".join(t for t in (interval_text(measured.get("cases") or {}, f"{conf:.0%}"),
+                                              overall_definition(result)) if t),
         "plots": {"speedup": None, "timings": None, **dict(plots or {})},
         "plot_notes": list(plot_notes or []),
         "not_measured": "the preflight found the run invalid, so no time was spent measuring."

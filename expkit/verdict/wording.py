@@ -52,6 +52,33 @@ def fmt_time(seconds: Optional[float]) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
+def of_cases(result: dict) -> str:
+    """What the headline figure is, where the run measured more than one case: ``, the
+    geometric mean of its 2 cases (27.8× to 121×)``; nothing for one case (the figure is
+    the case's own). See ``verdict/stats.py``'s ``overall``."""
+    figures = [c["speedup"] for c in ((result.get("measured") or {}).get("cases") or {}).values()
+               if c.get("speedup") is not None]
+    if len(figures) < 2:
+        return ""
+    return f", the geometric mean of its {len(figures)} cases ({fmt_x(min(figures))} to {fmt_x(max(figures))})"
+
+
+def overall_definition(result: dict) -> str:
+    """The report's line saying what the headline figure is and what its interval covers
+    (empty for one case)."""
+    overall = (result.get("measured") or {}).get("overall") or {}
+    n = int(overall.get("cases") or 0)
+    if n < 2:
+        return ""
+    aggregate = (result.get("claim") or {}).get("aggregate") or "all"
+    rule = "every case supported" if aggregate == "all" else "one case supported"
+    return (f"The headline figure is the geometric mean of the {n} cases' speedups, each case weighing the same; "
+            "its interval is the geometric mean of their bounds, an interval for these cases together that allows "
+            "for their errors moving together (wider than for independent errors). Where the cases differ by more "
+            "than their intervals it lies between them and may exclude each case's own figure. The verdict does not "
+            f"read it: each case is judged against its bar, and the claim needs {rule} (aggregate `{aggregate}`).")
+
+
 def headline(result: dict) -> str:
     """The one sentence a reader can quote; the first line of every report."""
     verdict = result["verdict"]
@@ -74,6 +101,7 @@ def headline(result: dict) -> str:
         return (f"**INCONCLUSIVE**: the claimed {said} speedup{src} is neither demonstrated nor refuted on "
                 f"{where}: nothing was measured ({first}).")
     phrase = speed_phrase(overall["speedup"], overall["ci_low"], overall["ci_high"], overall["confidence"])
+    phrase += of_cases(result)
     if verdict == "supported":
         return (f"**SUPPORTED**: the claimed {said} speedup{src} is demonstrated on {where}: "
                 f"measured {phrase}.")
