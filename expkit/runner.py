@@ -22,6 +22,7 @@ from .bench.pair import Pair, open_pair
 from .bench.replicates import Replicates
 from .checks import preflight
 from .checks.contention import contention_findings, share_findings
+from .checks.expectations import unidentified
 from .timing import measure
 from .timing.figures import judged, timing_findings, timing_section
 from .report import run_report, store
@@ -32,7 +33,7 @@ from .core.version import __version__
 from .manifest.spec import LoadedManifest, load as load_manifest
 from .manifest.settings import Settings, load_settings
 from .verdict.load import apply_load, load_findings
-from .verdict.rules import INCONCLUSIVE, INVALID, Verdict, decide, inconclusive_when
+from .verdict.rules import INCONCLUSIVE, INVALID, Verdict, decide, inconclusive_when, noted
 from .verdict.plausibility import apply_plausibility, plausibility
 
 
@@ -215,6 +216,10 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
         from .workload.judge import apply
 
         v = apply(v, e2e)
+    unnamed = unidentified(m.expect, device == "cuda")  # no expect.must_run: say the kernel was never identified
+    if unnamed is not None:
+        findings.append(unnamed)
+        v = noted(v, [unnamed])
     wall = time.perf_counter() - t_start
     result = _result(lm, settings, v, findings, pre, estimates, measured, claims, env, run_seed, started, wall,
                      _cost(wall, device, env, settings), telemetry_note)

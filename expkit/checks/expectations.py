@@ -55,9 +55,11 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 from ..core.errors import ExpkitError
+from ..core import findings as core_findings
 from ..manifest.spec import Expect, LaunchExpect
 from .operands import OpCall, calls_of, is_dispatcher_op
 from .trace import KernelEvent, OpEvent, Trace, kernel_qualified_name, kernel_short_name
+from ..verdict.wording import NOT_CHECKED, UNIDENTIFIED
 
 #: Ops any implementation may run, excluded from the baseline's fingerprint. They
 #: fall in three groups, none of which can carry the baseline's result:
@@ -461,6 +463,19 @@ def _check_stream(cand: Trace, harness_stream: Optional[int]) -> Finding:
                        f"{streams}, each ordered with the harness stream {stream} at both ends of the call "
                        "(a library's own streams): in the call's span")
     return Finding("stream", True, f"all {len(cand.kernels)} candidate kernel(s) ran on the harness stream {stream}")
+
+
+def unidentified(expect: Expect, on_gpu: bool) -> Optional[core_findings.Finding]:
+    """The ``identity`` finding of a manifest that names nothing the candidate must run
+    (no ``must_run``; on a GPU, no ``launch`` either), else None. It passes (nothing failed)
+    and says what the run cannot show: that the speedup is the intended kernel's. Without
+    it a report said "demonstrated" of a claim whose kernel nobody identified (issue 51)."""
+    if expect.must_run or (on_gpu and expect.launch):
+        return None
+    return core_findings.Finding("identity", True, (
+        f"{NOT_CHECKED}{UNIDENTIFIED}: the manifest names no expect.must_run, so the speedup is the candidate's as "
+        "called, whatever it ran; name the intended op or kernel there (\"What ran\" lists the candidate's)"),
+        severity=core_findings.WARNING)
 
 
 def check_expectations(expect: Expect, candidate: Trace, baseline: Trace, *,

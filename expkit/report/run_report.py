@@ -24,7 +24,7 @@ from .formatting import cell, fmt_duration, fmt_usd, settle_hint, template_env
 from .memory import memory_context
 from .timing import timing_context
 from ..verdict.rules import EXIT_CODES, INCONCLUSIVE
-from ..verdict.wording import direction, fmt_time, fmt_x, headline, overall_definition, speed_phrase
+from ..verdict.wording import NOT_CHECKED, direction, fmt_time, fmt_x, headline, overall_definition, speed_phrase
 
 _MARK = {True: "pass", False: "**FAIL**"}
 
@@ -270,6 +270,14 @@ def interval_text(cases: Mapping[str, Mapping[str, Any]], conf: str) -> str:
     return " ".join(parts)
 
 
+def _mark(f: Mapping[str, Any]) -> str:
+    """The evidence table's word for a finding: pass, FAIL, warning, or not checked (a
+    finding that failed nothing but says what the run could not check)."""
+    if f["ok"] and str(f.get("message", "")).startswith(NOT_CHECKED):
+        return "not checked"
+    return _MARK[f["ok"]] if f.get("severity", "invalid") == "invalid" or f["ok"] else "warning"
+
+
 def context(result: Dict[str, Any], samples: Any, env: Optional[Mapping[str, Any]] = None,
             plots: Optional[Mapping[str, str]] = None, plot_notes: Optional[List[str]] = None) -> Dict[str, Any]:
     """Everything the run template shows, formatted. ``plots`` names the figures that exist."""
@@ -305,7 +313,7 @@ def context(result: Dict[str, Any], samples: Any, env: Optional[Mapping[str, Any
             if hint:
                 settle.append(f"`{name}`: {hint}")
     checks = [{"check": cell(f["check"]), "case": cell(f.get("case") or "all"),
-               "mark": _MARK[f["ok"]] if f.get("severity", "invalid") == "invalid" or f["ok"] else "warning",
+               "mark": _mark(f),
                "message": cell(f["message"])} for f in result.get("checks", [])]
     identity = [{"case": cell(i["case"]),
                  "candidate": cell(", ".join(f"`{o}`" for o in i["candidate"]) or "nothing"),

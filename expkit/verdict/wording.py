@@ -1,7 +1,9 @@
 """The words a report may use for a number, by the evidence behind it (DESIGN.md §4).
 
 * "demonstrated" only with a measured interval behind it; "asserted" for a claimed
-  figure nobody measured here (or that the run could not measure).
+  figure nobody measured here (or that the run could not measure). A speedup measured
+  where the run never identified the kernel the claim is about (no ``expect.must_run``)
+  is "measured for the candidate as called", not demonstrated for that kernel.
 * "faster" or "slower" only where the whole interval is on one side of 1; where it
   includes 1, "no measurable difference".
 """
@@ -50,6 +52,19 @@ def fmt_time(seconds: Optional[float]) -> str:
         if abs(seconds) >= scale:
             return f"{seconds / scale:.4g} {unit}"
     return f"{seconds / 1e-9:.3g} ns"
+
+
+#: What a run with no ``expect.must_run`` says about the kernel (``checks/expectations.py``'s
+#: ``unidentified``): the speedup is measured for the candidate as called, and nothing
+#: shows that it is the intended kernel's.
+UNIDENTIFIED = "the intended kernel was not identified"
+NOT_CHECKED = "not checked: "
+
+
+def unidentified(result: dict) -> bool:
+    """Whether the run never identified the kernel the claim is about (no ``expect.must_run``)."""
+    return any(c.get("check") == "identity" and str(c.get("message", "")).startswith(NOT_CHECKED + UNIDENTIFIED)
+               for c in result.get("checks") or [])
 
 
 def of_cases(result: dict) -> str:
@@ -102,6 +117,11 @@ def headline(result: dict) -> str:
                 f"{where}: nothing was measured ({first}).")
     phrase = speed_phrase(overall["speedup"], overall["ci_low"], overall["ci_high"], overall["confidence"])
     phrase += of_cases(result)
+    if verdict == "supported" and unidentified(result):
+        # The interval is behind the candidate's speedup, nothing behind the kernel's (DESIGN.md §4).
+        return (f"**SUPPORTED** for the candidate as called: the claimed {said} speedup{src} is measured on {where}, "
+                f"but not demonstrated for the intended kernel, which was never identified (the manifest names no "
+                f"`expect.must_run`): measured {phrase}.")
     if verdict == "supported":
         return (f"**SUPPORTED**: the claimed {said} speedup{src} is demonstrated on {where}: "
                 f"measured {phrase}.")
