@@ -433,3 +433,18 @@ def test_an_output_folder_that_cannot_be_made_is_one_line(tmp_path, capsys, opti
     err = _one_usage_line(capsys, main(["run", str(CPU / "honest-win.yaml"), option, str(tmp_path / "a-file" / "o"),
                                         "--quiet", "measure=quick"]))
     assert "a-file/o: cannot create the " in err and "give a folder you can write to" in err
+
+
+def test_a_reader_that_goes_away_is_exit_141_not_a_failure_of_expkit(monkeypatch, capsys, tmp_path):
+    """`expkit run M | head -3` ended in "expkit run failed in the command line ... BrokenPipeError"
+    and an error.txt in the run folder, exit 6, once the verdict was out (issue 51)."""
+    import io
+    import sys
+
+    class Gone(io.StringIO):
+        def write(self, s):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", Gone())
+    assert main(["schema"]) == 141
+    assert capsys.readouterr().err == ""
