@@ -192,17 +192,14 @@ def overall(estimates: Sequence[Estimate], confidence: float) -> Optional[Dict[s
     """The run's headline figure over its cases (``result.json``'s ``measured.overall``), or
     None where no case was measured.
 
-    **Figure**: the geometric mean of the cases' speedups, each case weighing the same (a
-    ratio's mean belongs on the log scale: 2x and 0.5x average to 1x).
-
-    **Interval**: the geometric mean of the cases' lower bounds, and of their upper bounds.
-    That is the interval of the mean where the cases' errors move together (the mean of
-    comonotone variables has the mean of their quantiles as its quantile), and is wider than
-    the one independent errors give (on the log scale, the mean of the half-widths against
-    their root sum of squares over the number of cases). It is an interval for the mean of
-    *these* cases, the sizes the manifest declares, with no term for the spread between
-    them, because they are not a sample of some population of sizes: the claim is about
-    them. Two consequences, both tested (``tests/test_stats.py``):
+    **Figure**: the geometric mean of the cases' speedups, each case weighing the same.
+    **Interval**: the geometric mean of the cases' lower bounds, and of their upper bounds:
+    the interval of the mean where the cases' errors move together (comonotone variables'
+    mean has their quantiles' mean as its quantile), wider than independent errors give (on
+    the log scale, the half-widths' mean against their root sum of squares over the count).
+    It is an interval for the mean of *these* cases, the sizes the manifest declares, with no
+    term for the spread between them: they are not a sample of some population of sizes, the
+    claim is about them. Two consequences, both tested (``tests/test_stats.py``):
 
     * where every case's figure lies inside every other case's interval (the cases agree),
       the interval covers every case's figure: on the log scale ``mean(m) - m_j`` is the mean
