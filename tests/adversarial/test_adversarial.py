@@ -154,6 +154,16 @@ def alarms(result) -> List[Tuple[str, str]]:
     return out
 
 
+def supported_unless_the_host(result) -> None:
+    """An honest claim far above its bar is ``supported``, or ``inconclusive`` with a busy
+    host's warning as its leading reason and no alarm: the contract, not a quiet machine."""
+    if result["verdict"] == "inconclusive":
+        head = result["reasons"][0].split(" [", 1)[0].split(": ", 1)[0]
+        assert head in HOST - {"contention"} and not alarms(result), (result["reasons"], alarms(result))
+    else:
+        assert result["verdict"] == "supported", result["reasons"]
+
+
 def reason_checks(result) -> Dict[str, set]:
     """check name -> the cases its failing findings name ('' for the whole run)."""
     out: Dict[str, set] = {}
@@ -338,7 +348,7 @@ def test_the_issues_honest_matmul_is_supported_with_the_default_oracle(tmp_path)
     """torch.mm against broadcast multiply then sum, fp32: `invalid` under torch's elementwise
     tolerances before issue #13."""
     out = run("honest_issue_matmul", tmp_path)
-    assert out.verdict == "supported", out.result["reasons"]
+    supported_unless_the_host(out.result)
     (f,) = [c for c in out.result["checks"] if c["check"] == "oracle:rounding" and c["case"] == "c"]
     assert f["ok"] and f["message"].startswith("rounding rule (against a float64 reference")
 
@@ -429,6 +439,24 @@ def test_an_alarm_is_what_accuses_the_code_never_a_busy_host(checks, verdict, ac
     assert {c for c, _ in alarms(result)} == accused
 
 
+@pytest.mark.parametrize("verdict,reasons,checks,holds", [
+    ("supported", ["speedup [case c]: interval ..."], [], True),
+    ("inconclusive", ["load [case c]: ...", "speedup [case c]: ..."], [_finding("contention"), _finding("load")], True),
+    ("inconclusive", ["speedup [case c]: interval straddles ..."], [], False),  # no host behind it
+    ("inconclusive", ["load [case c]: ..."], [_finding("load")], False),  # a load warning with no measured wait
+    ("refuted", ["speedup [case c]: ..."], [], False),
+    ("invalid", ["recheck [case c]: ..."], [_finding("recheck", severity="invalid")], False),
+])
+def test_supported_unless_the_host_holds_exactly_the_contract(verdict, reasons, checks, holds):
+    result = {"verdict": verdict, "reasons": reasons, "checks": checks}
+    try:
+        supported_unless_the_host(result)
+    except AssertionError:
+        assert not holds
+    else:
+        assert holds
+
+
 def test_candidate_output_is_kept_as_evidence_and_never_believed(tmp_path):
     out = run("honest_chatty", tmp_path)
     stdout = (tmp_path / "worker-stdout.txt").read_text()
@@ -444,7 +472,14 @@ def test_honest_verdict_is_the_same_with_and_without_defences(tmp_path):
     on = run("honest_gemv", tmp_path / "on")
     off = run("honest_gemv", tmp_path / "off", "defences.enabled=false")
     assert off.result["defences"]["enabled"] is False
-    assert on.verdict == off.verdict == "supported", (on.result["reasons"], off.result["reasons"])
+    supported_unless_the_host(on.result)  # the defended run watches the host's load too
+    if off.verdict == "inconclusive":
+        # The undefended harness (never a claim's judge) keeps no account of the host's load:
+        # beside one busy process its interval straddled the bar ([0.27, 2.3] and [0.48, 4.1]
+        # against 0.5) with the defended run supported. It may fail to tell, never accuse.
+        assert all(r.startswith("speedup [") and "straddles" in r for r in off.result["reasons"]), off.result["reasons"]
+    else:
+        assert off.verdict == "supported", off.result["reasons"]
 
 
 # Only cheats without process-wide side effects: the undefended harness runs them in
