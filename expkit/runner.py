@@ -9,7 +9,6 @@ with the error in its reasons, and the report is still written.
 from __future__ import annotations
 
 import datetime as _dt
-import math
 import random
 import secrets
 import time
@@ -23,6 +22,7 @@ from .bench.pair import Pair, open_pair
 from .bench.replicates import Replicates
 from .checks import preflight
 from .checks.contention import contention_findings, share_findings
+from .checks.expectations import unidentified
 from .timing import measure
 from .timing.figures import judged, timing_findings, timing_section
 from .report import run_report, store
@@ -33,7 +33,7 @@ from .core.version import __version__
 from .manifest.spec import LoadedManifest, load as load_manifest
 from .manifest.settings import Settings, load_settings
 from .verdict.load import apply_load, load_findings
-from .verdict.rules import INCONCLUSIVE, INVALID, Verdict, decide, inconclusive_when
+from .verdict.rules import INCONCLUSIVE, INVALID, Verdict, decide, inconclusive_when, noted
 from .verdict.plausibility import apply_plausibility, plausibility
 
 
@@ -133,8 +133,7 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
         raise ExpkitError(f"{lm.path}: device: the manifest needs a CUDA GPU and none is visible "
                           "(run it on a GPU machine, or see manifests/examples/cpu/ for CPU examples)")
     run_seed = settings.seed if settings.seed is not None else secrets.randbits(62)
-    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(m.name)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = store.make_folder(Path(out_dir) if out_dir is not None else default_out_dir(m.name), "run folder")
 
     env = environment.capture(lm.folder, device, [], gpu=pair.gpu if device == "cuda" else None)
     env["sources"] = pair.sources()
@@ -222,6 +221,10 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
         from .workload.judge import apply
 
         v = apply(v, e2e)
+    unnamed = unidentified(m.expect, device == "cuda")  # no expect.must_run: say the kernel was never identified
+    if unnamed is not None:
+        findings.append(unnamed)
+        v = noted(v, [unnamed])
     wall = time.perf_counter() - t_start
     result = _result(lm, settings, v, findings, pre, estimates, measured, claims, env, run_seed, started, wall,
                      _cost(wall, device, env, settings), telemetry_note)
@@ -373,10 +376,6 @@ def _where(env: Mapping[str, Any]) -> str:
     return f"CPU: {env.get('cpu', 'unknown')} ({env.get('torch_threads', '?')} torch threads)"
 
 
-def _geomean(xs: Sequence[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
-
-
 def _result(lm: LoadedManifest, settings: Settings, v: Verdict, findings: Sequence[Finding],
             pre: preflight.PreflightResult, estimates: Mapping[str, stats.Estimate],
             measured: Mapping[str, measure.CaseSamples], claims: Mapping[str, float], env: Mapping[str, Any],
@@ -395,14 +394,7 @@ def _result(lm: LoadedManifest, settings: Settings, v: Verdict, findings: Sequen
             "timed_seconds": cs.timed_seconds, "wall_seconds": cs.wall_seconds, "warnings": list(est.warnings),
             **est.record(),
         }
-    overall = None
-    if estimates:
-        ests = list(estimates.values())
-        # Geometric mean across cases; its interval combines the cases' bounds the same
-        # way, which is conservative (it assumes the cases' errors move together).
-        overall = {"speedup": _geomean([e.speedup for e in ests]), "ci_low": _geomean([e.ci_low for e in ests]),
-                   "ci_high": _geomean([e.ci_high for e in ests]), "confidence": settings.measure.confidence,
-                   "cases": len(ests)}
+    overall = stats.overall(list(estimates.values()), settings.measure.confidence)
     gpu_name = (env.get("gpu") or {}).get("name")
     mismatch = None
     if m.claim.claimed_on:

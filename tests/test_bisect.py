@@ -51,3 +51,25 @@ def test_bisect_finds_the_planted_commit(tmp_path):
     assert res.first_bad == shas[2]
     assert res.verdict == "invalid"
     assert any(r.startswith("oracle:exact") for r in res.reasons)
+
+
+
+@pytest.mark.parametrize("where,override,says", [
+    ("repo/missing.yaml", "measure=quick", "missing.yaml: no such file (the manifest that judges each commit"),
+    ("outside.yaml", "measure=quick", "outside.yaml: not inside the repository being bisected"),
+    ("repo/m.yaml", "measure=quik", "override `measure=quik`: no preset `quik` for measure (did you mean `quick`?"),
+])
+def test_a_manifest_or_setting_that_would_skip_every_step_is_refused_before_bisecting(tmp_path, where, override,
+                                                                                       says):
+    """A missing manifest, one outside the repository or a misspelt setting made every step a
+    skip (or an internal failure) after the bisect had begun checking out commits (issue 51)."""
+    from expkit.core.errors import ExpkitError
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "m.yaml").write_text(MANIFEST)
+    (tmp_path / "outside.yaml").write_text(MANIFEST)
+    with pytest.raises(ExpkitError) as e:
+        bisect("HEAD", "HEAD", tmp_path / where, [override], repo=repo)
+    assert says in str(e.value)

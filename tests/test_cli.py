@@ -70,13 +70,32 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, edit, key):
 
 def test_bad_override_is_exit_2(tmp_path, capsys):
     assert main(["run", str(CPU / "honest-win.yaml"), "measure=quik", "--quiet"]) == 2
-    assert "measure/quik" in capsys.readouterr().err
+    assert "conf/measure/" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("override, says", [
+    ("measure=quik", "override `measure=quik`: no preset `quik` for measure (did you mean `quick`? the measure "
+                     "presets, in conf/measure/, are default, quick, rigorous)"),
+    ("launcher=slurn", "(did you mean `slurm`? the launcher presets, in conf/launcher/, are local, slurm)"),
+    ("measure.target_cl=0.02", "override `measure.target_cl=0.02`: no setting `target_cl` in measure (did you mean "
+                               "`target_ci`? the measure settings are name, warmup_seconds, "),
+    ("mesure=quick", "override `mesure=quick`: no setting `mesure` (did you mean `measure`? the settings are measure, "
+                     "oracle, cost, launcher, defences, seed; the claim itself belongs in the manifest)"),
+    ("seed.value=3", "override `seed.value=3`: `seed` is one value, with no settings under it (give seed=...)"),
+])
+def test_a_misspelt_preset_or_setting_names_the_nearest_and_the_choices(tmp_path, capsys, override, says):
+    """Hydra's own words ("Could not find 'measure/quik'") named neither the nearest name nor
+    the presets there are (issue 51)."""
+    assert main(["run", str(CPU / "honest-win.yaml"), override, "--quiet", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err
+    assert not (tmp_path / "o").exists()  # refused before anything ran
 
 
 @pytest.mark.parametrize("override, says", [
     ("defences.pin_cores=maybe", "Value 'maybe' is not a valid bool"),
     ("measure.max_seconds=abc", "could not be converted to Float"),
-    ("defences.pin_core=true", "Key 'pin_core' not in"),
+    ("defences.pin_core=true", "no setting `pin_core` in defences (did you mean `pin_cores`?"),
 ])
 def test_a_bad_value_or_key_says_what_was_wrong_in_one_line(capsys, override, says):
     assert main(["run", str(CPU / "honest-win.yaml"), override, "--quiet"]) == 2
@@ -270,13 +289,44 @@ def test_the_line_names_the_stage_and_where_it_was_raised(tmp_path, capsys, monk
     assert "test_cli.py" in err and "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB;" in err
 
 
-def test_details_go_to_a_temporary_file_when_the_command_has_no_folder(capsys, monkeypatch):
+def test_details_go_to_a_temporary_file_when_the_command_has_no_folder(capsys, monkeypatch, tmp_path):
+    import tempfile
+
+    from expkit.cli.boundary import ERROR_DIR_ENV
+
     monkeypatch.setattr("expkit.manifest.json_schema.render", lambda: 1 / 0)
+    monkeypatch.delenv(ERROR_DIR_ENV)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the system's temporary folder, for this test
     err = _check_one_line(capsys, main(["schema"]), 6)
     path = Path(err.split("traceback in ")[1].split(" (exit")[0])
     text = path.read_text()
+    assert path.parent == tmp_path
     assert path.name.startswith("expkit-error-") and "command: expkit schema" in text and "ZeroDivisionError" in text
-    path.unlink()
+
+
+def test_the_suites_failures_leave_no_details_in_the_systems_temporary_folder(capsys, monkeypatch, tmp_path):
+    """Each test that makes a command fail on purpose left an expkit-error-*.txt in /tmp
+    (12 from test_cli.py alone); the suite's conftest points the boundary at its own
+    temporary folder, which the processes the tests start inherit (issue 51)."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from expkit.cli.boundary import ERROR_DIR_ENV
+
+    system = tmp_path / "system-tmp"
+    system.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system))
+    monkeypatch.setattr("expkit.manifest.json_schema.render", lambda: 1 / 0)
+    err = _check_one_line(capsys, main(["schema"]), 6)
+    path = Path(err.split("traceback in ")[1].split(" (exit")[0])
+    assert path.parent == Path(os.environ[ERROR_DIR_ENV]) and path.is_file()
+    proc = subprocess.run([sys.executable, "-c", "import sys; from expkit.cli import main; "
+                           "import expkit.manifest.json_schema as j; j.render = lambda: 1 / 0; sys.exit(main(['schema']))"],
+                          capture_output=True, text=True, env={**os.environ, "TMPDIR": str(system)}, timeout=120)
+    assert proc.returncode == 6 and f"traceback in {os.environ[ERROR_DIR_ENV]}/expkit-error-" in proc.stderr, proc.stderr
+    assert list(system.iterdir()) == []
 
 
 @pytest.mark.parametrize("candidate,tail", [
@@ -334,3 +384,68 @@ def test_the_command_ends_without_teardown_but_runs_exit_handlers_and_flushes(tm
     bad = subprocess.run([sys.executable, "-c", script, "validate", str(tmp_path / "missing.yaml")],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "error:" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+
+
+# --- paths a command reads or writes: one line naming the path, exit 2, nothing created (issue 51) ---------
+
+
+def _one_usage_line(capsys, code):
+    captured = capsys.readouterr()
+    assert code == 2, captured.err
+    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err + captured.out, captured.err
+    assert " failed in " not in captured.err and "exit 6" not in captured.err, captured.err
+    return captured.err
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["report", "{tmp}/missing"], "missing: no such folder"),
+    (["report", "{tmp}/empty"], "empty: not a run folder, no result.json in it"),
+    (["report", "{tmp}/session"], "session: not a run folder, no result.json in it (it holds run folders (run)"),
+    (["session", "{tmp}/missing"], "missing: no such folder"),
+    (["compare", "{tmp}/missing", "{tmp}/empty"], "missing: no such folder"),
+    (["compare", "{tmp}/session", "{tmp}/missing"], "missing: no such folder"),
+    (["validate", "{tmp}/missing.yaml"], "missing.yaml: no such file or folder"),
+    (["run", "{tmp}/missing.yaml", "--quiet"], "missing.yaml: no such file"),
+    (["run", "--resume", "{tmp}/missing", "--quiet"], "missing: not a session folder"),
+    (["import", "kernelbench", "{tmp}/missing"], "missing: not a folder"),
+])
+def test_a_path_that_is_not_what_the_command_reads_is_one_line_and_creates_nothing(tmp_path, capsys, argv, says):
+    """`expkit report` on a missing folder was exit 6, "a failure of expkit", and made the
+    folder to hold error.txt; every command that reads a path says what is wrong with it."""
+    import shutil
+
+    (tmp_path / "empty").mkdir()
+    shutil.copytree(ROOT / "tests" / "data" / "results" / "session" / "honest-win", tmp_path / "session" / "run")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    err = _one_usage_line(capsys, main([a.format(tmp=tmp_path) for a in argv]))
+    assert says in err, err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing made, nothing written
+
+
+def test_a_damaged_result_json_is_one_line_naming_it(tmp_path, capsys):
+    (tmp_path / "result.json").write_text('{"verdict": "supp')
+    err = _one_usage_line(capsys, main(["report", str(tmp_path)]))
+    assert "result.json: not a result.json expkit can read" in err and "run the manifest again" in err
+
+
+@pytest.mark.parametrize("option", ["--out", "--session"])
+def test_an_output_folder_that_cannot_be_made_is_one_line(tmp_path, capsys, option):
+    (tmp_path / "a-file").write_text("")
+    err = _one_usage_line(capsys, main(["run", str(CPU / "honest-win.yaml"), option, str(tmp_path / "a-file" / "o"),
+                                        "--quiet", "measure=quick"]))
+    assert "a-file/o: cannot create the " in err and "give a folder you can write to" in err
+
+
+def test_a_reader_that_goes_away_is_exit_141_not_a_failure_of_expkit(monkeypatch, capsys, tmp_path):
+    """`expkit run M | head -3` ended in "expkit run failed in the command line ... BrokenPipeError"
+    and an error.txt in the run folder, exit 6, once the verdict was out (issue 51)."""
+    import io
+    import sys
+
+    class Gone(io.StringIO):
+        def write(self, s):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", Gone())
+    assert main(["schema"]) == 141
+    assert capsys.readouterr().err == ""

@@ -395,3 +395,19 @@ def test_without_kernels_the_same_recorded_pair_is_judged_by_op_name():
                     "forbidden")
     assert not f.ok and f.message.startswith("baseline op `aten::matmul` ran in the candidate")
     assert f.message.endswith("reuse judged by op names (no kernel recorded)")
+
+
+# --- a manifest that names nothing the candidate must run (issue 51) ---------------------------------------------
+
+
+def test_no_must_run_is_a_passing_identity_finding_that_says_the_kernel_was_not_identified():
+    from expkit.checks.expectations import unidentified
+
+    f = unidentified(Expect(), on_gpu=False)
+    assert f is not None and f.check == "identity" and f.ok and not f.invalidates and f.case is None
+    assert f.message.startswith("not checked: the intended kernel was not identified: the manifest names no "
+                                "expect.must_run")
+    assert unidentified(Expect(must_run=("x::y",)), on_gpu=False) is None
+    launch = Expect(launch=(LaunchExpect("k*", block=(128, 1, 1)),))
+    assert unidentified(launch, on_gpu=True) is None  # a GPU's launch check names the kernel
+    assert unidentified(launch, on_gpu=False) is not None  # on the CPU it checks nothing

@@ -89,3 +89,12 @@ def test_malformed_yaml_gives_line(tmp_path):
 def test_duplicate_case_names(tmp_path):
     e = error(tmp_path, GOOD.replace("name: big", "name: small"))
     assert e.key == "cases"
+
+
+def test_a_misspelt_measure_preset_names_the_nearest_and_the_presets(tmp_path):
+    """Passed on to Hydra as ``measure=quik``, it failed only when the run composed its
+    settings, in Hydra's words; ``expkit validate`` let it through (issue 51)."""
+    e = error(tmp_path, GOOD + "measure: {preset: quik}\n")
+    assert e.key == "measure.preset" and e.problem == "no preset `quik` (did you mean `quick`?)"
+    assert e.fix == "the presets, in conf/measure/: default, quick, rigorous"
+    assert load(write(tmp_path, GOOD + "measure: {preset: rigorous}\n")).manifest.measure.preset == "rigorous"

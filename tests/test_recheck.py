@@ -262,3 +262,31 @@ def test_narrow_harness_work_keeps_the_threads_and_marks_no_wide_work(monkeypatc
     with pf.harness_threads():
         pass
     assert marks == [1] and torch.get_num_threads() == before
+
+
+# --- what a failed recheck says (issue 51) ------------------------------------------------------------------------
+
+
+def test_a_recheck_just_past_its_allowance_names_the_figures_and_numeric_error_first():
+    """An honest fp32 sum missed the rounding oracle's allowance by 2% on a timed call's
+    inputs, and the message asked "a replay, a skipped computation or drift?"."""
+    from expkit.bench.judge import recheck_message
+    from expkit.core.findings import Finding
+
+    f = Finding("oracle:rounding", False, "rounding rule (...): the candidate's worst error 3.99e-05 ...", "c",
+                figure=3.99e-05, threshold=3.93e-05)
+    msg = recheck_message(f)
+    assert msg.startswith("a timed call's output against the baseline's on that call's inputs fails oracle:rounding "
+                          "after timing (error 3.99e-05, allowed 3.93e-05: 1.02x the allowance)")
+    assert msg.index("most likely numeric") < msg.index("replayed result") and msg.endswith(f.message)
+
+
+def test_a_recheck_far_past_its_allowance_still_reads_as_a_replay():
+    from expkit.bench.judge import recheck_message
+    from expkit.core.findings import Finding
+
+    far = recheck_message(Finding("oracle:rounding", False, "m", "c", figure=0.8, threshold=4e-05))
+    assert "(error 0.8, allowed 4e-05: 2e+04x the allowance)" in far and "numeric" not in far
+    assert "a replayed result, a skipped computation or drift rather than rounding" in far
+    bare = recheck_message(Finding("oracle:allclose", False, "m", "c"))
+    assert "fails oracle:allclose after timing, having passed the preflight (a replayed result" in bare

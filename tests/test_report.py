@@ -30,6 +30,7 @@ GOLDEN = [
     (DATA / "synthetic-kernel-time", "report-kernel-time.md", False),  # kernel time and call time (GPU)
     (DATA / "synthetic-processes", "report-processes.md", False),  # five processes (result.json 3)
     (DATA / "synthetic-unmeasured", "report-unmeasured.md", False),  # a case every round of which was flagged
+    (DATA / "unidentified", "report-unidentified.md", False),  # supported with no expect.must_run (issue 51)
 ]
 
 
@@ -171,3 +172,16 @@ def test_the_defences_line_says_what_the_candidates_worker_could_not_reach(confi
     result = store.load_result(DATA / "priced-gemv" / store.RESULT)
     result["defences"] = {"enabled": True, "isolated": True, "confinement": confinement}
     assert _ctx(result)["defences"] == f"on; isolated: True; {words}"
+
+
+def test_a_run_that_never_identified_its_kernel_says_so_and_not_demonstrated(rendered):
+    """With no expect.must_run the report said the claim was "demonstrated", and nothing said
+    which kernel ran was never checked (issue 51)."""
+    text = rendered["report-unidentified.md"][1]
+    head = text.splitlines()[2]
+    assert head.startswith("**SUPPORTED** for the candidate as called: the claimed 1.2× speedup")
+    assert "is measured on " in head and "but not demonstrated for the intended kernel, which was never identified" in head
+    assert "- identity: not checked: the intended kernel was not identified" in text  # a reason under "Why"
+    assert "| identity | all | not checked | not checked: the intended kernel was not identified" in text
+    named = rendered["report-priced-gemv.md"][1]
+    assert "not identified" not in named and "is demonstrated on " in named

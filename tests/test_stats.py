@@ -152,3 +152,46 @@ def test_rounds_reject_non_positive_and_empty():
         stats.estimate_rounds([rounds(0, [], [])])
     with pytest.raises(ValueError):
         stats.estimate_rounds([rounds(0, [1.0, 0.0], [1.0, 1.0])])
+
+
+# --- the run's headline figure over its cases (issue 51) -------------------------------------------------------
+
+
+def _case(speedup, lo, hi):
+    side = stats.SideSummary(1.0, 1.0, 1.0, 0.0, 10)
+    return stats.Estimate(speedup, lo, hi, 0.95, side, side)
+
+
+def test_overall_is_the_geometric_mean_of_the_cases_and_of_their_bounds():
+    o = stats.overall([_case(2.0, 1.8, 2.2), _case(0.5, 0.45, 0.55)], 0.95)
+    assert o["speedup"] == pytest.approx(1.0) and o["cases"] == 2 and o["confidence"] == 0.95
+    assert (o["ci_low"], o["ci_high"]) == (pytest.approx((1.8 * 0.45) ** 0.5), pytest.approx((2.2 * 0.55) ** 0.5))
+    one = _case(1.5, 1.4, 1.6)
+    assert stats.overall([one], 0.95) == {"speedup": pytest.approx(1.5), "ci_low": pytest.approx(1.4),
+                                          "ci_high": pytest.approx(1.6), "confidence": 0.95, "cases": 1}
+    assert stats.overall([], 0.95) is None
+
+
+def test_where_the_cases_agree_the_overall_interval_covers_every_cases_figure():
+    """The property that makes the interval honest as a summary: cases whose figures lie in
+    each other's intervals are never all excluded by their mean's interval (nor is any one)."""
+    rng = np.random.default_rng(51)
+    tried = 0
+    while tried < 2000:
+        k = int(rng.integers(2, 6))
+        logs = rng.normal(0.3, 0.05, k)
+        lows, highs = rng.uniform(0.001, 0.2, k), rng.uniform(0.001, 0.2, k)
+        if not all(logs[i] - lows[i] <= logs[j] <= logs[i] + highs[i] for i in range(k) for j in range(k)):
+            continue  # the cases disagree: not this property's business
+        tried += 1
+        o = stats.overall([_case(*np.exp([m, m - lo, m + hi])) for m, lo, hi in zip(logs, lows, highs)], 0.95)
+        for m in logs:
+            assert o["ci_low"] * (1 - 1e-12) <= np.exp(m) <= o["ci_high"] * (1 + 1e-12), (logs, lows, highs, o)
+
+
+def test_where_the_cases_differ_beyond_their_intervals_the_mean_may_exclude_each():
+    """The stored v1-honest-win run: 121x and 27.8x, each interval far from the other's.
+    Their mean's interval excludes both, as an interval of a mean of unlike cases should; the
+    report says what the figure is (tests/golden/report-v1-honest-win.md)."""
+    o = stats.overall([_case(121.1, 49.9, 139.3), _case(27.8, 24.8, 32.9)], 0.95)
+    assert 32.9 < o["ci_low"] < o["speedup"] < o["ci_high"] < 121.1

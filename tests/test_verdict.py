@@ -69,3 +69,14 @@ def test_exit_codes_and_worst():
     assert EXIT_CODES == {"supported": 0, "refuted": 1, "invalid": 3, "inconclusive": 4}
     assert worst(["supported", "inconclusive", "refuted"]) == "refuted"
     assert worst(["supported", "invalid"]) == "invalid"
+
+
+def test_a_note_adds_its_reason_to_a_measured_verdict_and_changes_no_word():
+    from expkit.verdict.rules import Verdict, noted
+
+    note = Finding("identity", True, "not checked: the intended kernel was not identified", severity="warning")
+    for word in ("supported", "refuted", "inconclusive"):
+        v = noted(Verdict(word, ("speedup [case c]: r",)), [note])
+        assert v.verdict == word and v.reasons == ("speedup [case c]: r", note.reason())
+    bad = Verdict("invalid", ("oracle:allclose [case c]: wrong",))
+    assert noted(bad, [note]) == bad  # an invalid verdict's reasons are its failures

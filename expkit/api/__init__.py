@@ -136,13 +136,14 @@ def run(manifest: ManifestLike, *, out: Optional[Union[str, "os.PathLike[str]"]]
 
 def _run_into(prepared: Prepared, run_dir: Path, overrides: Sequence[str], progress: Optional[ProgressFn],
               plots: bool = True) -> Result:
+    from ..report import store
     from ..runner import run_manifest
 
     try:
         path = prepared.path
         if path is None:
             assert prepared.data is not None
-            run_dir.mkdir(parents=True, exist_ok=True)
+            store.make_folder(run_dir, "run folder")
             path = write_manifest(prepared.data, run_dir / MANIFEST_FILE)
         outcome = run_manifest(path, list(overrides), run_dir, progress=progress, plots=plots)
     except BaseException as e:

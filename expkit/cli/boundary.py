@@ -6,8 +6,11 @@
 * ``KeyboardInterrupt`` prints ``interrupted`` and exits 130.
 * Anything else -- a bug in expkit, a failure of its environment, an exception that a
   stage let through -- is written, with its full traceback and the command line, to
-  ``error.txt`` in the run's folder (or a new temporary file when the command has none),
-  and prints one line naming the stage it was raised in and that file; exit code 6.
+  ``error.txt`` in the run's folder (or, when the command has none, a new
+  ``expkit-error-*.txt`` in the folder ``$EXPKIT_ERROR_DIR`` names, else in the system's
+  temporary folder), and prints one line naming the stage it was raised in and that file;
+  exit code 6. (The test suite points ``EXPKIT_ERROR_DIR`` at a temporary folder of its
+  own, so that its deliberate failures leave nothing behind.)
 
 The stage is the package of ``expkit`` that the innermost expkit frame of the traceback
 belongs to (``bench``, ``checks``, ``report``, ...), with that frame's file and line;
@@ -31,6 +34,8 @@ from ..core.errors import EXIT_INTERNAL
 from ..core.version import __version__
 
 ERROR_FILE = "error.txt"
+#: The environment variable naming where a command with no folder of its own writes its details.
+ERROR_DIR_ENV = "EXPKIT_ERROR_DIR"
 _PACKAGE = Path(__file__).resolve().parent.parent  # .../expkit
 #: The words for each stage of expkit, by package (docs/architecture.md).
 STAGES = {
@@ -100,8 +105,22 @@ def details(exc: BaseException, argv: Sequence[str]) -> str:
     return "\n".join(head) + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
+def details_dir() -> Optional[str]:
+    """The folder ``$EXPKIT_ERROR_DIR`` names, created if missing; None (the system's
+    temporary folder) where it is unset, empty or cannot be made."""
+    folder = os.environ.get(ERROR_DIR_ENV)
+    if not folder:
+        return None
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return folder
+
+
 def write_details(exc: BaseException, argv: Sequence[str], folder: Optional[Path]) -> Tuple[Optional[Path], str]:
-    """Write :func:`details` to ``folder/error.txt``, else a new temporary file: (path, '') or (None, why not)."""
+    """Write :func:`details` to ``folder/error.txt``, else a new ``expkit-error-*.txt`` in
+    :func:`details_dir`: (path, '') or (None, why not)."""
     text = details(exc, argv)
     if folder is not None:
         try:
@@ -112,7 +131,7 @@ def write_details(exc: BaseException, argv: Sequence[str], folder: Optional[Path
         except OSError:
             pass
     try:
-        fd, name = tempfile.mkstemp(prefix="expkit-error-", suffix=".txt")
+        fd, name = tempfile.mkstemp(prefix="expkit-error-", suffix=".txt", dir=details_dir())
         with os.fdopen(fd, "w") as f:
             f.write(text)
         return Path(name), ""

@@ -4,7 +4,8 @@ Options and ``key=value`` overrides go in any order (``expkit run M --out D
 measure=quick``): each command's arguments are parsed with argparse's intermixed parsing.
 Exit codes: 0 supported, 1 refuted, 2 usage/manifest/configuration error, 3 invalid,
 4 inconclusive, 5 the code under test cannot fit in memory even once, 6 expkit itself
-failed (details in a file the message names), 130 interrupted. Every error is one line
+failed (details in a file the message names), 130 interrupted, 141 the reader of its
+output went away (``| head``), as a shell says of a process SIGPIPE ended. Every error is one line
 on stderr, never a traceback (:mod:`.boundary`).
 """
 
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
 
-from ..core.errors import EXIT_INTERRUPTED, EXIT_USAGE, ExpkitError
+from ..core.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, ExpkitError
 from ..core.version import __version__
 
 USAGE_ERROR = EXIT_USAGE
@@ -379,12 +380,27 @@ COMMANDS = {"run": cmd_run, "validate": cmd_validate, "report": cmd_report, "ses
 
 
 def _details_folder(args: argparse.Namespace) -> Optional[Path]:
-    """Where a command keeps its files, for ``error.txt`` (None: a new temporary file)."""
+    """Where a command keeps its files, for ``error.txt`` (None: a new temporary file). A
+    command that reads a folder (``report``, ``session``) names it only where it exists: the
+    details of a failure never create a folder the user did not ask for."""
     if args.command == "run":
         return args.out or args.session or args.resume
     if args.command == "audit":
         return args.out or args.resume
-    return {"report": getattr(args, "run_dir", None), "session": getattr(args, "dir", None)}.get(args.command)
+    folder = {"report": getattr(args, "run_dir", None), "session": getattr(args, "dir", None)}.get(args.command)
+    return folder if folder is not None and Path(folder).is_dir() else None
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null once its reader has gone, so that the flush at exit does not
+    fail again; as the Python documentation advises for SIGPIPE."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # a stdout with no file behind it (a test's capture)
+        pass
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -407,6 +423,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `expkit run M | head`: the reader left; not a failure of expkit
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
     except BaseException as e:  # the one boundary: a line here, the traceback in a file
         from ..api import RUN_DIR_ATTR
 

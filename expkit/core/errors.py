@@ -62,3 +62,5 @@ EXIT_USAGE = ExpkitError.exit_code
 EXIT_OUT_OF_MEMORY = OutOfMemoryPlan.exit_code
 EXIT_INTERNAL = 6
 EXIT_INTERRUPTED = 130
+#: The reader of the command's output went away (``expkit run M | head``): a shell's code for SIGPIPE.
+EXIT_BROKEN_PIPE = 141

@@ -8,8 +8,9 @@ schema's defaults, ``conf/expkit.yaml`` and its preset files, the manifest's own
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 from ..core.errors import ConfigError
 from .paths import conf_dir
@@ -203,6 +204,64 @@ def _schema_node() -> Any:
     return thaw(Settings)
 
 
+#: The settings' sections that are Hydra config groups: a preset file each, ``conf/<group>/<name>.yaml``.
+GROUPS = ("measure", "launcher")
+
+
+def presets(group: str) -> List[str]:
+    """The presets of a config group: the YAML files of ``conf/<group>/``, by name."""
+    return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
+
+
+def nearest(name: str, choices: Sequence[str]) -> str:
+    """``did you mean `x`? `` for the choice nearest ``name`` (difflib), or nothing."""
+    near = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    return f"did you mean `{near[0]}`? " if near else ""
+
+
+def check_preset(group: str, name: str, where: str) -> None:
+    """A preset of ``group`` that has no file is a :class:`ConfigError` naming ``where`` it
+    was asked for, the nearest preset and every one there is."""
+    if name not in presets(group):
+        raise ConfigError(f"{where}: no preset `{name}` for {group} ({nearest(name, presets(group))}"
+                          f"the {group} presets, in conf/{group}/, are {', '.join(presets(group))})")
+
+
+def check_override(override: str) -> None:
+    """Names in a ``key=value`` override that the settings do not have, caught before Hydra
+    composes (whose words name neither the nearest name nor the choices): a misspelt section
+    (``mesure=quick``), preset (``measure=quik``) or key (``measure.target_cl=0.02``) is a
+    :class:`ConfigError` naming the override, the nearest valid name and the valid ones.
+    Values are Hydra's to check (a number, a bool), and it names them well."""
+    import dataclasses
+
+    key, value = override.split("=", 1)
+    path = key.lstrip("+~").split("@", 1)[0].split(".")
+    sections = {f.name: f for f in dataclasses.fields(Settings) if f.name != "overrides"}
+    where = f"override `{override}`"
+    top = path[0]
+    if top not in sections:
+        raise ConfigError(f"{where}: no setting `{top}` ({nearest(top, list(sections))}the settings are "
+                          f"{', '.join(sections)}; the claim itself belongs in the manifest)")
+    factory = sections[top].default_factory
+    if not dataclasses.is_dataclass(factory):
+        if len(path) > 1:
+            raise ConfigError(f"{where}: `{top}` is one value, with no settings under it (give {top}=...)")
+        return
+    if len(path) == 1:
+        bare = value.strip().strip("'\"")
+        if top in GROUPS and bare not in ("", "null"):
+            check_preset(top, bare, where)
+        return
+    keys = [f.name for f in dataclasses.fields(factory)]
+    if path[1] not in keys:
+        raise ConfigError(f"{where}: no setting `{path[1]}` in {top} ({nearest(path[1], keys)}the {top} settings "
+                          f"are {', '.join(keys)})")
+    if len(path) > 2:
+        raise ConfigError(f"{where}: `{top}.{path[1]}` is one value, with no settings under it "
+                          f"(give {top}.{path[1]}=...)")
+
+
 def load_settings(overrides: Sequence[str] = (), manifest_measure: Any = None) -> Settings:
     """Compose settings from ``conf/`` and ``overrides`` (``key=value`` strings).
 
@@ -220,8 +279,10 @@ def load_settings(overrides: Sequence[str] = (), manifest_measure: Any = None) -
     for o in overrides:
         if "=" not in o:
             raise ConfigError(f"override {o!r}: expected key=value, e.g. measure=quick")
+        check_override(o)
     cli_keys = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
     if manifest_measure is not None and manifest_measure.preset and "measure" not in cli_keys:
+        check_preset("measure", manifest_measure.preset, "the manifest's measure.preset")
         overrides = [f"measure={manifest_measure.preset}"] + overrides
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3", job_name="expkit"):

@@ -259,6 +259,14 @@ class Measure:
     def __post_init__(self) -> None:
         if self.timer is not None and self.timer not in ("kernel", "events"):
             raise SchemaError("timer", f"unknown timer {self.timer!r}", "one of kernel, events")
+        if self.preset is not None:
+            from .settings import nearest, presets
+
+            known = presets("measure")
+            if self.preset not in known:
+                near = nearest(self.preset, known).strip()
+                raise SchemaError("preset", f"no preset `{self.preset}`" + (f" ({near})" if near else ""),
+                                  "the presets, in conf/measure/: " + ", ".join(known))
 
 
 #: KernelBench's correctness tolerance per precision, used as both rtol and atol

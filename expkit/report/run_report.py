@@ -24,7 +24,7 @@ from .formatting import cell, fmt_duration, fmt_usd, settle_hint, template_env
 from .memory import memory_context
 from .timing import timing_context
 from ..verdict.rules import EXIT_CODES, INCONCLUSIVE
-from ..verdict.wording import direction, fmt_time, fmt_x, headline, speed_phrase
+from ..verdict.wording import NOT_CHECKED, direction, fmt_time, fmt_x, headline, overall_definition, speed_phrase
 
 _MARK = {True: "pass", False: "**FAIL**"}
 
@@ -281,6 +281,14 @@ ORACLE_RULE = ("Correctness (`oracle:rounding`, the default): each output's wors
                "sum of products of its inputs.")
 
 
+def _mark(f: Mapping[str, Any]) -> str:
+    """The evidence table's word for a finding: pass, FAIL, warning, or not checked (a
+    finding that failed nothing but says what the run could not check)."""
+    if f["ok"] and str(f.get("message", "")).startswith(NOT_CHECKED):
+        return "not checked"
+    return _MARK[f["ok"]] if f.get("severity", "invalid") == "invalid" or f["ok"] else "warning"
+
+
 def context(result: Dict[str, Any], samples: Any, env: Optional[Mapping[str, Any]] = None,
             plots: Optional[Mapping[str, str]] = None, plot_notes: Optional[List[str]] = None) -> Dict[str, Any]:
     """Everything the run template shows, formatted. ``plots`` names the figures that exist."""
@@ -323,7 +331,7 @@ def context(result: Dict[str, Any], samples: Any, env: Optional[Mapping[str, Any
                       "bar": "n/a", "verdict": INCONCLUSIVE, "samples": "none kept"})
         notes.append(f"`{name}`: not measured: {why}")
     checks = [{"check": cell(f["check"]), "case": cell(f.get("case") or "all"),
-               "mark": _MARK[f["ok"]] if f.get("severity", "invalid") == "invalid" or f["ok"] else "warning",
+               "mark": _mark(f),
                "message": cell(f["message"])} for f in result.get("checks", [])]
     identity = [{"case": cell(i["case"]),
                  "candidate": cell(", ".join(f"`{o}`" for o in i["candidate"]) or "nothing"),
@@ -361,7 +369,8 @@ def context(result: Dict[str, Any], samples: Any, env: Optional[Mapping[str, Any
         "confidence": f"{conf:.0%}",
         "cases": cases,
         "case_notes": notes,
-        "interval_text": interval_text(measured.get("cases") or {}, f"{conf:.0%}"),
+        "interval_text": " ".join(t for t in (interval_text(measured.get("cases") or {}, f"{conf:.0%}"),
+                                              overall_definition(result)) if t),
         "plots": {"speedup": None, "timings": None, **dict(plots or {})},
         "plot_notes": list(plot_notes or []),
         "not_measured": "the preflight found the run invalid, so no time was spent measuring."
@@ -382,8 +391,9 @@ def context(result: Dict[str, Any], samples: Any, env: Optional[Mapping[str, Any
 
 
 def render(run_dir: Path, *, plots: bool = True) -> str:
-    """The report of ``run_dir``; with ``plots``, its figures are (re)drawn beside it first."""
-    run_dir = Path(run_dir)
+    """The report of ``run_dir``; with ``plots``, its figures are (re)drawn beside it first.
+    A path that is not a run folder is an :class:`ExpkitError` (exit 2), and nothing is created."""
+    run_dir = store.run_folder(run_dir)
     result = store.load_result(run_dir / store.RESULT)
     samples = store.read_samples(run_dir / store.SAMPLES)
     env = store.load_env(run_dir / store.ENV)

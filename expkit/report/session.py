@@ -103,8 +103,7 @@ def _write(session_dir: Path, data: Mapping[str, Any]) -> None:
 
 def open_session(session_dir: Path) -> Path:
     """Use ``session_dir`` as a session, creating it and its ``session.json`` where missing."""
-    session_dir = Path(session_dir)
-    session_dir.mkdir(parents=True, exist_ok=True)
+    session_dir = store.make_folder(Path(session_dir), "session folder")
     with _locked(session_dir):
         if not (session_dir / SESSION).is_file():
             _write(session_dir, {"schema_version": SESSION_SCHEMA_VERSION, "started": _now(), "runs": []})

@@ -186,9 +186,49 @@ def read_samples(path: Path) -> pd.DataFrame:
     return df
 
 
+def run_folder(run_dir: Path) -> Path:
+    """``run_dir`` as a run folder a command reads (it holds ``result.json``), else an
+    :class:`~expkit.core.errors.ExpkitError` saying what the folder is instead; it creates
+    nothing, so a mistyped path leaves no folder behind."""
+    from ..core.errors import ExpkitError
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ExpkitError(f"{run_dir}: no such folder (give the folder `expkit run` wrote: it holds {RESULT})")
+    if not (run_dir / RESULT).is_file():
+        inside = sorted(p.name for p in run_dir.iterdir() if (p / RESULT).is_file())
+        hint = (f"it holds run folders ({', '.join(inside[:3])}{', ...' if len(inside) > 3 else ''}): give one of "
+                "them, or use `expkit session` for the lot") if inside else \
+            "give the folder `expkit run` wrote"
+        raise ExpkitError(f"{run_dir}: not a run folder, no {RESULT} in it ({hint})")
+    return run_dir
+
+
+def make_folder(path: Path, what: str) -> Path:
+    """Create the folder ``path`` (and its parents) that a command writes into; a path the
+    user gave that cannot be a folder is one line naming it (:class:`ExpkitError`), not a
+    failure of expkit's."""
+    from ..core.errors import ExpkitError
+
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ExpkitError(f"{path}: cannot create the {what} here ({e.strerror or e}); give a folder you can "
+                          "write to") from None
+    return path
+
+
 def load_result(path: Path) -> Dict[str, Any]:
-    """Read a ``result.json`` of this or any older version, upgraded to the current one."""
-    data = json.loads(Path(path).read_text())
+    """Read a ``result.json`` of this or any older version, upgraded to the current one.
+    A file that is not JSON (damaged, cut short) is an :class:`ExpkitError` naming it."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        from ..core.errors import ExpkitError
+
+        raise ExpkitError(f"{path}: not a result.json expkit can read ({e.msg} at line {e.lineno}): the file is "
+                          "damaged; run the manifest again") from None
     version = int(data.get("schema_version", 0))
     if version > RESULT_SCHEMA_VERSION:
         from ..core.errors import ExpkitError

@@ -61,11 +61,25 @@ def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
 def bisect(good: str, bad: str, manifest: str | Path, overrides: Sequence[str] = ("measure=quick",),
            repo: Optional[Path] = None) -> BisectResult:
     """Find the first commit between ``good`` and ``bad`` where the manifest stops being supported."""
+    from ..manifest.settings import check_override
+
+    given = manifest
     manifest = Path(manifest).resolve()
+    if not manifest.is_file():  # else every step is skipped, and the bisect finds nothing, slowly
+        raise ExpkitError(f"{given}: no such file (the manifest that judges each commit; it must be in the "
+                          "repository's work tree)")
+    for o in overrides:  # a misspelt setting would skip every step the same way
+        if "=" not in o:
+            raise ExpkitError(f"override {o!r}: expected key=value, e.g. measure=quick")
+        check_override(o)
     repo = Path(repo) if repo else manifest.parent
     top = _git(repo, "rev-parse", "--show-toplevel").stdout.strip()
     repo = Path(top)
-    rel = manifest.relative_to(repo)
+    try:
+        rel = manifest.relative_to(repo)
+    except ValueError:
+        raise ExpkitError(f"{given}: not inside the repository being bisected ({repo}); give a manifest in its work "
+                          "tree") from None
     if _git(repo, "status", "--porcelain", "--untracked-files=no").stdout.strip():
         raise ExpkitError(f"{repo}: the work tree has uncommitted changes; commit or stash them before bisecting")
     good_sha = _git(repo, "rev-parse", "--verify", f"{good}^{{commit}}").stdout.strip()

@@ -132,6 +132,15 @@ def inconclusive_when(v: Verdict, fired: Sequence[Finding]) -> Verdict:
     return Verdict(INCONCLUSIVE, tuple(f.reason() for f in fired) + tuple(v.reasons), v.cases)
 
 
+def noted(v: Verdict, notes: Sequence[Finding]) -> Verdict:
+    """``v`` with the reasons of ``notes`` after its own: findings that change no verdict
+    but qualify what a measured one means (an intended kernel never identified). An
+    ``invalid`` verdict's reasons stay the failures alone."""
+    if v.verdict == INVALID or not notes:
+        return v
+    return Verdict(v.verdict, tuple(v.reasons) + tuple(f.reason() for f in notes), v.cases)
+
+
 def worst(verdicts: Sequence[str]) -> str:
     for v in SEVERITY:
         if v in verdicts:

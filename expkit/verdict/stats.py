@@ -143,6 +143,38 @@ class Estimate:
         }
 
 
+def overall(estimates: Sequence[Estimate], confidence: float) -> Optional[Dict[str, Any]]:
+    """The run's headline figure over its cases (``result.json``'s ``measured.overall``), or
+    None where no case was measured.
+
+    **Figure**: the geometric mean of the cases' speedups, each case weighing the same.
+    **Interval**: the geometric mean of the cases' lower bounds, and of their upper bounds:
+    the interval of the mean where the cases' errors move together (comonotone variables'
+    mean has their quantiles' mean as its quantile), wider than independent errors give (on
+    the log scale, the half-widths' mean against their root sum of squares over the count).
+    It is an interval for the mean of *these* cases, the sizes the manifest declares, with no
+    term for the spread between them: they are not a sample of some population of sizes, the
+    claim is about them. Two consequences, both tested (``tests/test_stats.py``):
+
+    * where every case's figure lies inside every other case's interval (the cases agree),
+      the interval covers every case's figure: on the log scale ``mean(m) - m_j`` is the mean
+      of ``m_i - m_j``, each at most case ``i``'s lower half-width, and alike above;
+    * where the cases differ by more than their intervals (27.8x and 121x), the interval of
+      their mean may exclude each one's own figure, as an interval of a mean should.
+
+    The verdict never reads this figure: it judges each case against its bar and combines
+    them by the manifest's ``aggregate`` (``verdict/rules.py``)."""
+    ests = list(estimates)
+    if not ests:
+        return None
+
+    def geomean(xs: Sequence[float]) -> float:
+        return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+    return {"speedup": geomean([e.speedup for e in ests]), "ci_low": geomean([e.ci_low for e in ests]),
+            "ci_high": geomean([e.ci_high for e in ests]), "confidence": confidence, "cases": len(ests)}
+
+
 def spread_dominates(log_speedups: Sequence[float], log_variances: Sequence[float], level: float = 0.95) -> bool:
     """Cochran's Q test of heterogeneity: whether per-process log speedups differ by more
     than their own variances (within each process) explain, at ``level``.

@@ -1,7 +1,9 @@
 """The words a report may use for a number, by the evidence behind it (docs/decisions.md).
 
 * "demonstrated" only with a measured interval behind it; "asserted" for a claimed
-  figure nobody measured here (or that the run could not measure).
+  figure nobody measured here (or that the run could not measure). A speedup measured
+  where the run never identified the kernel the claim is about (no ``expect.must_run``)
+  is "measured for the candidate as called", not demonstrated for that kernel.
 * "faster" or "slower" only where the whole interval is on one side of 1; where it
   includes 1, "no measurable difference".
 """
@@ -52,6 +54,46 @@ def fmt_time(seconds: Optional[float]) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
+#: What a run with no ``expect.must_run`` says about the kernel (``checks/expectations.py``'s
+#: ``unidentified``): the speedup is measured for the candidate as called, and nothing
+#: shows that it is the intended kernel's.
+UNIDENTIFIED = "the intended kernel was not identified"
+NOT_CHECKED = "not checked: "
+
+
+def unidentified(result: dict) -> bool:
+    """Whether the run never identified the kernel the claim is about (no ``expect.must_run``)."""
+    return any(c.get("check") == "identity" and str(c.get("message", "")).startswith(NOT_CHECKED + UNIDENTIFIED)
+               for c in result.get("checks") or [])
+
+
+def of_cases(result: dict) -> str:
+    """What the headline figure is, where the run measured more than one case: ``, the
+    geometric mean of its 2 cases (27.8× to 121×)``; nothing for one case (the figure is
+    the case's own). See ``verdict/stats.py``'s ``overall``."""
+    figures = [c["speedup"] for c in ((result.get("measured") or {}).get("cases") or {}).values()
+               if c.get("speedup") is not None]
+    if len(figures) < 2:
+        return ""
+    return f", the geometric mean of its {len(figures)} cases ({fmt_x(min(figures))} to {fmt_x(max(figures))})"
+
+
+def overall_definition(result: dict) -> str:
+    """The report's line saying what the headline figure is and what its interval covers
+    (empty for one case)."""
+    overall = (result.get("measured") or {}).get("overall") or {}
+    n = int(overall.get("cases") or 0)
+    if n < 2:
+        return ""
+    aggregate = (result.get("claim") or {}).get("aggregate") or "all"
+    rule = "every case supported" if aggregate == "all" else "one case supported"
+    return (f"The headline figure is the geometric mean of the {n} cases' speedups, each case weighing the same; "
+            "its interval is the geometric mean of their bounds, an interval for these cases together that allows "
+            "for their errors moving together (wider than for independent errors). Where the cases differ by more "
+            "than their intervals it lies between them and may exclude each case's own figure. The verdict does not "
+            f"read it: each case is judged against its bar, and the claim needs {rule} (aggregate `{aggregate}`).")
+
+
 def headline(result: dict) -> str:
     """The one sentence a reader can quote; the first line of every report."""
     verdict = result["verdict"]
@@ -74,6 +116,12 @@ def headline(result: dict) -> str:
         return (f"**INCONCLUSIVE**: the claimed {said} speedup{src} is neither demonstrated nor refuted on "
                 f"{where}: nothing was measured ({first}).")
     phrase = speed_phrase(overall["speedup"], overall["ci_low"], overall["ci_high"], overall["confidence"])
+    phrase += of_cases(result)
+    if verdict == "supported" and unidentified(result):
+        # The interval is behind the candidate's speedup, nothing behind the kernel's.
+        return (f"**SUPPORTED** for the candidate as called: the claimed {said} speedup{src} is measured on {where}, "
+                f"but not demonstrated for the intended kernel, which was never identified (the manifest names no "
+                f"`expect.must_run`): measured {phrase}.")
     if verdict == "supported":
         return (f"**SUPPORTED**: the claimed {said} speedup{src} is demonstrated on {where}: "
                 f"measured {phrase}.")

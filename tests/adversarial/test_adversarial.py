@@ -13,7 +13,7 @@ the defences, not the candidates' clumsiness.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, FrozenSet, Tuple
+from typing import Dict, FrozenSet, List, Tuple
 
 import pytest
 
@@ -134,6 +134,42 @@ def run(name: str, out: Path, *extra: str):
     return run_manifest(HERE / f"{name}.yaml", FAST + NEEDS.get(name, ()) + extra, out_dir=out)
 
 
+#: Warnings that name the host, not the code, in a case timed while other work held the cores:
+#: the ``contention`` that measured it (checks/contention.py), a verdict the host's load could
+#: explain (``load``, verdict/load.py), a candidate on more threads than allowed timed there
+#: (``share``), and a factor above the plausible, whose message then names the busy host as
+#: its likelier cause (``plausibility``, verdict/plausibility.py). The product's contract: a
+#: busy host may make a verdict ``inconclusive`` with one of these as its named reason, never
+#: an alarm against honest code.
+HOST = frozenset({"contention", "load", "share", "plausibility"})
+
+
+def alarms(result) -> List[Tuple[str, str]]:
+    """The (check, message) of every finding of ``result`` that accuses the code under test:
+    any failed finding but a host warning; and a host warning too where no ``contention``
+    finding of its case measured the wait it stands on (a ``load`` or ``share`` with no busy
+    host behind it is not the host's). A verdict of ``invalid`` is an alarm with no such
+    finding as well. A quiet host raises none of the host warnings, so there this is "no
+    failed finding at all"; on a busy one it is what the product promises honest code."""
+    failed = [c for c in result["checks"] if not c["ok"]]
+    busy = {c["case"] for c in failed if c["check"] == "contention" and c.get("severity") == "warning"}
+    out = [(c["check"], c["message"]) for c in failed
+           if not (c["check"] in HOST and c.get("severity") == "warning" and c["case"] in busy)]
+    if result["verdict"] == "invalid" and not out:
+        out.append(("verdict", "invalid: " + "; ".join(result["reasons"])))
+    return out
+
+
+def supported_unless_the_host(result) -> None:
+    """An honest claim far above its bar is ``supported``, or ``inconclusive`` with a busy
+    host's warning as its leading reason and no alarm: the contract, not a quiet machine."""
+    if result["verdict"] == "inconclusive":
+        head = result["reasons"][0].split(" [", 1)[0].split(": ", 1)[0]
+        assert head in HOST - {"contention"} and not alarms(result), (result["reasons"], alarms(result))
+    else:
+        assert result["verdict"] == "supported", result["reasons"]
+
+
 def reason_checks(result) -> Dict[str, set]:
     """check name -> the cases its failing findings name ('' for the whole run)."""
     out: Dict[str, set] = {}
@@ -163,6 +199,9 @@ def test_bad_candidate_is_caught_with_the_right_reason(name, tmp_path):
     # The verdict's reasons (what result.json and the report lead with) name the check.
     heads = {r.split(" [", 1)[0].split(": ", 1)[0] for r in out.result["reasons"]}
     assert heads & {c for wanted in checks for c in wanted.split("|")}, out.result["reasons"]
+    # What the honest candidates' tests call an alarm catches every cheat: they assert the
+    # product's contract on a busy host without letting a cheat through.
+    assert {c for c, _ in alarms(out.result)} & {c for wanted in checks for c in wanted.split("|")}, alarms(out.result)
 
 
 @pytest.mark.parametrize("name", ["sibling_stop", "import_pool_cores", "sibling_nice"])
@@ -332,7 +371,7 @@ def test_the_issues_honest_matmul_is_supported_with_the_default_oracle(tmp_path)
     """torch.mm against broadcast multiply then sum, fp32: `invalid` under torch's elementwise
     tolerances before issue #13."""
     out = run("honest_issue_matmul", tmp_path)
-    assert out.verdict == "supported", out.result["reasons"]
+    supported_unless_the_host(out.result)
     (f,) = [c for c in out.result["checks"] if c["check"] == "oracle:rounding" and c["case"] == "c"]
     assert f["ok"] and f["message"].startswith("rounding rule (against a float64 reference")
 
@@ -380,9 +419,12 @@ def test_declared_shape_passes_and_only_awkward_sizes_fail(tmp_path):
 
 @pytest.mark.parametrize("name", HONEST)
 def test_honest_candidate_raises_no_alarm(name, tmp_path):
+    """No alarm (:func:`alarms`): on a busy host (another job beside the suite) the timing
+    threads wait for a CPU, which the product reports as warnings that may make the verdict
+    ``inconclusive``; ``honest_threaded`` and ``honest_own_pool`` failed this test on their
+    ``contention`` warnings on a 2-core host beside one ``yes > /dev/null`` (issue 51)."""
     out = run(name, tmp_path)
-    alarms = [(c["check"], c["message"]) for c in out.result["checks"] if not c["ok"]]
-    assert not alarms, alarms
+    assert not alarms(out.result), alarms(out.result)
     assert out.verdict != "invalid"
     assert out.result["defences"]["isolated"] is True
     assert out.result["measured"]["cases"], "an honest candidate is measured"
@@ -393,9 +435,49 @@ def test_a_pool_started_in_a_later_process_is_no_alarm(name, tmp_path):
     """A later process of a replicated run has no preflight: a pool the candidate starts
     lazily starts in the warm-up, and must not count against the first timed block."""
     out = run(name, tmp_path, "measure.processes=3")
-    alarms = [(c["check"], c["message"]) for c in out.result["checks"] if not c["ok"]]
-    assert not alarms, alarms
+    assert not alarms(out.result), alarms(out.result)
     assert out.result["measured"]["cases"]["c"]["processes"] == 3
+
+
+def _finding(check, case="c", severity="warning"):
+    return {"check": check, "ok": False, "message": f"{check} fired", "case": case, "severity": severity}
+
+
+@pytest.mark.parametrize("checks,verdict,accused", [
+    ([], "supported", set()),
+    ([_finding("contention")], "supported", set()),
+    ([_finding("contention"), _finding("load"), _finding("share")], "inconclusive", set()),
+    ([_finding("contention", case="other"), _finding("load")], "inconclusive", {"load"}),  # no wait behind it
+    ([_finding("share")], "inconclusive", {"share"}),
+    ([_finding("contention"), _finding("plausibility")], "inconclusive", set()),  # its message names the host
+    ([_finding("plausibility")], "inconclusive", {"plausibility"}),
+    ([_finding("contention"), _finding("recheck")], "inconclusive", {"recheck"}),
+    ([_finding("contention"), _finding("resources", severity="invalid")], "invalid", {"resources"}),
+    ([_finding("contention"), _finding("interference", severity="invalid")], "invalid", {"interference"}),
+    ([_finding("contention", severity="invalid")], "invalid", {"contention"}),
+    ([], "invalid", {"verdict"}),
+])
+def test_an_alarm_is_what_accuses_the_code_never_a_busy_host(checks, verdict, accused):
+    result = {"checks": checks, "verdict": verdict, "reasons": ["r"]}
+    assert {c for c, _ in alarms(result)} == accused
+
+
+@pytest.mark.parametrize("verdict,reasons,checks,holds", [
+    ("supported", ["speedup [case c]: interval ..."], [], True),
+    ("inconclusive", ["load [case c]: ...", "speedup [case c]: ..."], [_finding("contention"), _finding("load")], True),
+    ("inconclusive", ["speedup [case c]: interval straddles ..."], [], False),  # no host behind it
+    ("inconclusive", ["load [case c]: ..."], [_finding("load")], False),  # a load warning with no measured wait
+    ("refuted", ["speedup [case c]: ..."], [], False),
+    ("invalid", ["recheck [case c]: ..."], [_finding("recheck", severity="invalid")], False),
+])
+def test_supported_unless_the_host_holds_exactly_the_contract(verdict, reasons, checks, holds):
+    result = {"verdict": verdict, "reasons": reasons, "checks": checks}
+    try:
+        supported_unless_the_host(result)
+    except AssertionError:
+        assert not holds
+    else:
+        assert holds
 
 
 def test_candidate_output_is_kept_as_evidence_and_never_believed(tmp_path):
@@ -413,7 +495,14 @@ def test_honest_verdict_is_the_same_with_and_without_defences(tmp_path):
     on = run("honest_gemv", tmp_path / "on")
     off = run("honest_gemv", tmp_path / "off", "defences.enabled=false")
     assert off.result["defences"]["enabled"] is False
-    assert on.verdict == off.verdict == "supported", (on.result["reasons"], off.result["reasons"])
+    supported_unless_the_host(on.result)  # the defended run watches the host's load too
+    if off.verdict == "inconclusive":
+        # The undefended harness (never a claim's judge) keeps no account of the host's load:
+        # beside one busy process its interval straddled the bar ([0.27, 2.3] and [0.48, 4.1]
+        # against 0.5) with the defended run supported. It may fail to tell, never accuse.
+        assert all(r.startswith("speedup [") and "straddles" in r for r in off.result["reasons"]), off.result["reasons"]
+    else:
+        assert off.verdict == "supported", off.result["reasons"]
 
 
 # Only cheats without process-wide side effects: the undefended harness runs them in
