@@ -2,7 +2,11 @@
 # One device call: install the wheels the GPU image lacks, run the GPU tests and the GPU
 # examples, and pack every output into $OUT/batch.tar.gz (the device returns at most 8 files).
 # Usage on the device machine, from the repository root:  bash scripts/device_batch.sh [STEPS...]
-# Steps: tests examples bench suite2 (default: tests examples bench; suite2 needs two GPUs).
+# Steps: tests examples bench suite2 kb-audit (default: tests examples bench; suite2 needs two GPUs).
+# GPU_TESTS narrows the tests step (default: every test marked gpu); GPUS_TESTS picks its GPU.
+# kb-audit: KernelBench level 1 at original sizes from .kernelbench/ (git-ignored; carry it), an
+# identity per problem and, for problems up to KB_FULL (default 10), a torch.compile and a wrong one,
+# audited over AUDIT_GPUS for at most KB_AUDIT_SECONDS; the report is written from the records it has.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -18,7 +22,18 @@ steps=${*:-tests examples bench}
 for step in $steps; do
   case $step in
     tests)
-      python3 -m pytest -m gpu tests -q -p no:cacheprovider 2>&1 | tee /tmp/batch/gpu_tests.log ;;
+      CUDA_VISIBLE_DEVICES=${GPUS_TESTS:-0} python3 -m pytest -m gpu ${GPU_TESTS:-tests} -q -p no:cacheprovider 2>&1 | tee /tmp/batch/gpu_tests.log ;;
+    kb-audit)
+      python3 benchmarks/kernelbench_generation_run.py .kernelbench --level 1 --out /tmp/kb/runs/own > /tmp/batch/kb-generate.log 2>&1
+      for f in /tmp/kb/runs/own/level_1_problem_*_sample_[12]_kernel.py; do
+        p=${f##*problem_}; p=${p%%_*}
+        [ "$p" -gt "${KB_FULL:-10}" ] && rm "$f"
+      done
+      CUDA_VISIBLE_DEVICES=${AUDIT_GPUS:-0} timeout "${KB_AUDIT_SECONDS:-480}" python3 -m expkit audit /tmp/kb/runs/own \
+        --problems .kernelbench/KernelBench --allow-baseline-ops --timeout 180 --out /tmp/batch/kb-audit --quiet \
+        2>&1 | tee /tmp/batch/kb-audit.log
+      echo "exit code: ${PIPESTATUS[0]}" | tee -a /tmp/batch/kb-audit.log
+      [ -f /tmp/batch/kb-audit/audit.md ] || python3 -c 'import sys; from pathlib import Path; from expkit.report import audit; print(audit.write(Path(sys.argv[1])))' /tmp/batch/kb-audit 2>&1 | tee -a /tmp/batch/kb-audit.log ;;
     examples)
       # Each GPU example into one session folder, then the session report.
       for m in manifests/examples/gpu/*.yaml; do
