@@ -232,12 +232,21 @@ class Judge:
 
     # -- a timed call, re-checked -------------------------------------------------------
     def recheck(self, case: str, kept: Mapping[str, Any], args: Sequence[Any]) -> List[Finding]:
-        """A timed call's output against the baseline on that call's inputs (``args`` gives
-        the non-tensor arguments, which both sides build alike)."""
+        """A timed call's output against the baseline on that call's inputs, which this
+        worker rebuilt (``args``: :meth:`.side.CaseState.inputs_of`), never the candidate's
+        word for them. The output must first be the one committed when its block ended
+        (``kept["digest"]``, drawn with ``kept["seed"]``, digested here): one made right
+        after the pick is not the call's."""
+        from .commit import sampled_digests
+
         self._ref = None  # a reference is per set of inputs: an earlier recheck's tuple may have had this id
-        inputs = self.importer.open(kept["inputs"])
         actual = tuple(self.importer.open(kept["outputs"]))
-        pristine = _with(args, kept["positions"], inputs)
+        if sampled_digests([actual], int(kept["seed"]))[0] != kept["digest"]:
+            self.importer.close()
+            return [Finding(RECHECK, False, "a timed call's output is not the one committed when its block ended "
+                            "(it changed after the harness chose it to be checked)", case)]
+        pristine = tuple(args)
+        inputs = ()
         found: List[Finding] = []
         t0 = time.perf_counter()
         try:

@@ -45,6 +45,7 @@ from ..core.findings import WARNING, Finding
 from ..manifest.settings import Settings
 from .block_checks import after_block, opening, started_at_import
 from .clock import CLOCK
+from .commit import COMMIT_BYTES, Commitments
 from .fallback import ExceptionWitness, candidate_files
 from .fresh import FreshInputs
 from .ledger import Laps
@@ -54,9 +55,6 @@ from .transport import Exporter, collect_sent, structure
 
 BASELINE, CANDIDATE = "baseline", "candidate"
 ROLES = (BASELINE, CANDIDATE)
-
-#: ``block(recheck=LAST_CALL)``: keep whichever call of the block runs last.
-LAST_CALL = -1
 
 #: Every expkit module a side may use (relative to ``expkit``), imported before the
 #: snapshot so that it covers them.
@@ -310,23 +308,24 @@ class SideBench:
         self.case.before()
         self.case.call()
 
-    def block(self, number: int, recheck: Optional[int] = None, *, opened: Any = None,
+    def block(self, number: int, seed: Optional[int] = None, *, opened: Any = None,
               last: bool = True) -> Dict[str, Any]:
         """Time ``number`` calls and check them; plain data for the parent. Blocks of one
         request share ``opened`` (:func:`.block_checks.opening`), checked after the ``last``.
 
         The reply accounts for the worker's wall time in parts, each on the harness's
         clock: ``timed`` (the calls), ``untimed`` (fresh inputs and per-call checks
-        between the calls), ``checks`` (before and after); the parent holds their sum
-        and ``wall`` against its own clock. With ``recheck``, call number ``recheck``
-        keeps a pristine copy of its inputs and its output, exported as ``kept``;
-        ``LAST_CALL`` keeps whichever call runs last, on its inputs as they are (a
-        timer may call more than ``number`` times: tests/test_recheck.py)."""
+        between the calls), ``checks`` (before and after), ``commit`` (the digests); the
+        parent holds the candidate's figures against its own clock and the baseline's
+        (:mod:`.outside_clock`). ``seed``: the block's salts (:meth:`.fresh.FreshInputs.begin_block`),
+        from the parent. Every call's output is committed (:class:`.commit.Commitments`):
+        ``commits`` lists each kept call's index and digest, taken when the block ends and
+        before anyone has chosen which call to check (the parent does, after the reply)."""
         cs = self.case
         assert cs is not None
         w0 = CLOCK()
         before, children = opened or opening(self.defended) or (None, frozenset())
-        cs.begin(recheck)
+        cs.begin(seed)
         if cs.account is not None:
             settle(cs.account.reader)  # the harness's own OpenMP pool, still spinning, is not the side's
             cs.account.begin()
@@ -339,35 +338,36 @@ class SideBench:
         if untimed is None:  # the GPU timer: host and device overlap, so the rest of the span is untimed
             untimed = max(0.0, (s1 - s0) - timed)
         found: List[Finding] = [used] if used is not None else []
+        commits = cs.commits.seal() if cs.committing and cs.commits is not None else None
+        s2 = CLOCK()
         if before is not None and last:  # threads, child processes, tamper (.block_checks)
             found += after_block(self, cs, before, children)
-        kept = None
-        if cs.kept is not None:
-            out, pristine = cs.kept
-            cs.kept = None
-            defect = preflight.output_defects(out, cs.args, (), harness=cs.owned())
-            if defect:
-                found.append(Finding("recheck", False, f"a timed call's output: {defect}", cs.name))
-            else:
-                tensors = [t for t in pristine if _is_tensor(t)]
-                kept = {"inputs": self.exporter.export(tensors), "outputs": self.exporter.export(
-                    list(oracles.flatten(out))), "positions": [i for i, a in enumerate(pristine) if _is_tensor(a)],
-                    "structure": structure(out)}
-                cs.keep_alive = (out, pristine)
         fresh = cs.unreported(found)
         c1 = CLOCK()
         timing = getattr(cs.timer, "last_timing", None)
         return {"seconds": per_call, "number": number, "timed": timed, "untimed": untimed, "recheck": 0.0,
-                "checks": (s0 - w0) + (c1 - s1), "wall": c1 - w0, "t0": w0, "t1": c1, "method": cs.timer.method,
-                "timing": timing.to_dict() if timing is not None else None,
-                "findings": [asdict(f) for f in fresh], "kept": kept}
+                "checks": (s0 - w0) + (c1 - s2), "commit": s2 - s1, "wall": c1 - w0, "t0": w0, "t1": c1,
+                "method": cs.timer.method, "timing": timing.to_dict() if timing is not None else None,
+                "findings": [asdict(f) for f in fresh], "commits": commits}
+
+    def reveal(self, block: int, call: int) -> Dict[str, Any]:
+        """Export the output of call ``call`` of block ``block`` of this side's last block
+        request (the parent picked it after the reply), for the baseline's worker to judge."""
+        cs = self.case
+        assert cs is not None
+        out = cs.commits.output(block, call) if cs.commits is not None else None
+        if out is None:
+            return {"missing": True}
+        defect = preflight.output_defects(out, cs.args, (), harness=cs.owned())
+        if defect:
+            return {"defect": defect}
+        return {"outputs": self.exporter.export(list(oracles.flatten(out))), "structure": structure(out)}
 
     def release(self) -> None:
         """Drop exported copies (the judge has closed its views); keep placed input sets."""
         keep: List[Any] = []
         if self.case is not None:
             keep = [t for s in self.case.fresh.sets for t in s]
-            self.case.keep_alive = None
         self.exporter.release_exports(keep=keep)
         collect_sent()
 
@@ -410,11 +410,12 @@ class CaseState:
         self.fresh = FreshInputs(sets, mode, random.Random(salt_seed), rebuild)
         self.keep_pristine = keep_pristine
         self.args: Tuple[Any, ...] = ()
-        self.keep_at: Optional[int] = None
         self.calls = 0
-        self.kept: Optional[Tuple[Any, Tuple[Any, ...]]] = None  # (output, pristine inputs)
-        self.keep_alive: Any = None
-        self._pristine: Optional[Tuple[Any, ...]] = None
+        #: Each call's output, kept and committed (:mod:`.commit`); None undefended. Where the
+        #: memory plan has no room for a pristine copy of the inputs it keeps one output a block.
+        self.commits = (Commitments(COMMIT_BYTES if keep_pristine else 0)
+                        if bench.defended else None)
+        self.committing = False
         self._threads = 0
         self.leaked_threads = 0
         self.pool_threads = 0  # new parked threads excused so far (block_checks.after_block)
@@ -428,6 +429,16 @@ class CaseState:
         self.account = (ResourceAccount(s.measure.cpu_threads, role=bench.role, case=case.name)
                         if device == "cpu" and bench.defended else None)
         self.call = self._make_call()
+
+    def inputs_of(self, seed: int, call: int) -> Tuple[Any, ...]:
+        """The inputs call ``call`` of a block seeded ``seed`` was given, in whichever side's
+        worker ran it: both build the same sets from the same seeds (the preflight checks
+        that), and the salts follow from ``seed`` (:meth:`.fresh.FreshInputs.replay`). A
+        timer that refreshes once a block (a warm GPU block) gives every call the first."""
+        f = self.fresh
+        takes = call + 1 if self.per_call_hook else 1
+        return FreshInputs.replay(f.sets if f.mode != "regenerate" else f._initial, f.mode, seed, takes,
+                                  undo=f._log if f.mode == "salt" else (), rebuild=f.rebuild)
 
     def close(self) -> None:
         """The timer's blocks are done (its recorder keeps CUPTI's kinds enabled until then)."""
@@ -450,10 +461,7 @@ class CaseState:
         if n > self._threads:
             self.leaked_threads += 1
         self._threads = n
-        keep = self.calls == self.keep_at
-        self.args, self._pristine = self.fresh.take(keep and self.keep_pristine)
-        if keep and not self.keep_pristine:
-            self._pristine = self.args  # the memory plan has no room for a copy: see memory.py
+        self.args, _ = self.fresh.take()
 
     def after(self) -> None:
         n = thread_count()
@@ -464,19 +472,24 @@ class CaseState:
         fn = self.bench.fn
 
         def call() -> None:
-            if self.keep_at == LAST_CALL:  # the last call's output only: never two alive
-                self.kept = None
             out = fn(*self.args)
-            if self.calls == self.keep_at or self.keep_at == LAST_CALL:
-                self.kept = (out, self._pristine or self.args)
+            if self.committing:
+                self.commits.keep(self.calls, out)  # type: ignore[union-attr]
             self.calls += 1
         return call
 
-    def begin(self, keep_at: Optional[int]) -> None:
-        self.keep_at, self.calls, self.kept = keep_at, 0, None
+    def begin(self, seed: Optional[int]) -> None:
+        """A block's start: its salts from ``seed`` (None: the case's own stream, for the
+        warm-up and plain calls, whose outputs are not committed)."""
+        self.calls = 0
+        self.committing = seed is not None and self.commits is not None
+        if seed is not None:
+            self.fresh.begin_block(seed)
+            if self.commits is not None:
+                self.commits.open_block()
         self._threads = thread_count()
         if not self.per_call_hook:
-            self.args, self._pristine = self.fresh.take(keep_at is not None and self.keep_pristine)
+            self.args, _ = self.fresh.take()
 
     def warm_up(self, seconds: float) -> None:
         self.begin(None)
