@@ -37,7 +37,11 @@ result.json history (``schema_version``):
        ``case_threads_ran`` there (threads each on a CPU for a tenth or more of the
        case's timed blocks, ``checks/activity.py``), and ``defences.relay_policy`` (a
        pinned CPU relay's worker policy, ``SCHED_BATCH`` or ``the parent's``; absent where
-       nothing was pinned, ``bench/cores.py``).
+       nothing was pinned, ``bench/cores.py``). So did ``defences.commitments`` (per case:
+       the candidate's judged blocks, those that held a reservoir, calls run and outputs
+       held for the late pick, ``bench/commit.py``) and ``defences.outside_clock`` (per case:
+       the parent's clock against the candidate's figures, ``bench/outside_clock.py``;
+       absent on a GPU or undefended run, where nothing was bounded).
 samples.csv history (column ``schema_version``):
   1 -- case, side, round, position, number, seconds, t_start, t_end, flagged.
   2 -- adds call_seconds (the call's CUDA-event time beside ``seconds`` when ``seconds``
