@@ -21,8 +21,8 @@ descriptors (:mod:`.transport`). The requests, by phase:
   for the ``uninitialised`` diagnosis), ``profile`` (one warm call under the profiler,
   the trace as plain data);
 * measurement: ``prepare`` (input sets for a case, by the memory plan), ``warm_up``,
-  ``call``, ``block`` (one timed block, with fresh inputs before each call and, when
-  the parent asks, one call kept for the recheck and exported), ``finish_case``;
+  ``call``, ``block`` (one timed block, fresh inputs before each call, every output
+  committed), ``reveal`` (a call the parent picked, exported), ``finish_case``;
 * memory: ``probe`` (one plain call: input, output and peak bytes, free memory).
 
 The baseline's process also answers the judging requests of :mod:`.judge`."""
@@ -313,14 +313,11 @@ class SideBench:
         """Time ``number`` calls and check them; plain data for the parent. Blocks of one
         request share ``opened`` (:func:`.block_checks.opening`), checked after the ``last``.
 
-        The reply accounts for the worker's wall time in parts, each on the harness's
-        clock: ``timed`` (the calls), ``untimed`` (fresh inputs and per-call checks
-        between the calls), ``checks`` (before and after), ``commit`` (the digests); the
-        parent holds the candidate's figures against its own clock and the baseline's
-        (:mod:`.outside_clock`). ``seed``: the block's salts (:meth:`.fresh.FreshInputs.begin_block`),
-        from the parent. Every call's output is committed (:class:`.commit.Commitments`):
-        ``commits`` lists each kept call's index and digest, taken when the block ends and
-        before anyone has chosen which call to check (the parent does, after the reply)."""
+        The reply's parts of the worker's wall time: ``timed`` (the calls), ``untimed``
+        (fresh inputs, per-call checks), ``checks`` (before and after), ``commit`` (the
+        digests), held by the parent against its clock (:mod:`.outside_clock`). ``seed``:
+        the block's salts, from the parent. ``commits``: every call's output digested as
+        the block ends (:mod:`.commit`), before the parent picks which to check."""
         cs = self.case
         assert cs is not None
         w0 = CLOCK()
@@ -351,16 +348,12 @@ class SideBench:
                 "findings": [asdict(f) for f in fresh], "commits": commits}
 
     def reveal(self, block: int, call: int) -> Dict[str, Any]:
-        """Export the output of call ``call`` of block ``block`` of this side's last block
-        request (the parent picked it after the reply), for the baseline's worker to judge."""
+        """Export a call of the last block request, which the parent picked after the reply."""
         cs = self.case
-        assert cs is not None
-        out = cs.commits.output(block, call) if cs.commits is not None else None
-        if out is None:
-            return {"missing": True}
-        defect = preflight.output_defects(out, cs.args, (), harness=cs.owned())
-        if defect:
-            return {"defect": defect}
+        out = cs.commits.output(block, call) if cs is not None and cs.commits is not None else None
+        defect = preflight.output_defects(out, cs.args, (), harness=cs.owned()) if out is not None else None
+        if out is None or defect:
+            return {"missing": True} if out is None else {"defect": defect}
         return {"outputs": self.exporter.export(list(oracles.flatten(out))), "structure": structure(out)}
 
     def release(self) -> None:
@@ -408,15 +401,11 @@ class CaseState:
         rebuild = lambda seed: bench.inputs(case.params, seed)  # noqa: E731
         mode = s.defences.fresh if bench.defended else "off"
         self.fresh = FreshInputs(sets, mode, random.Random(salt_seed), rebuild)
-        self.keep_pristine = keep_pristine
         self.args: Tuple[Any, ...] = ()
-        self.calls = 0
-        #: Each call's output, kept and committed (:mod:`.commit`); None undefended. Where the
-        #: memory plan has no room for a pristine copy of the inputs it keeps one output a block.
-        self.commits = (Commitments(COMMIT_BYTES if keep_pristine else 0)
-                        if bench.defended else None)
+        self.calls = self._threads = 0
+        #: Each call's output, committed (:mod:`.commit`); one a block where the memory plan has no room.
+        self.commits = Commitments(COMMIT_BYTES if keep_pristine else 0) if bench.defended else None
         self.committing = False
-        self._threads = 0
         self.leaked_threads = 0
         self.pool_threads = 0  # new parked threads excused so far (block_checks.after_block)
         self.reported: set = set()
@@ -431,10 +420,9 @@ class CaseState:
         self.call = self._make_call()
 
     def inputs_of(self, seed: int, call: int) -> Tuple[Any, ...]:
-        """The inputs call ``call`` of a block seeded ``seed`` was given, in whichever side's
-        worker ran it: both build the same sets from the same seeds (the preflight checks
-        that), and the salts follow from ``seed`` (:meth:`.fresh.FreshInputs.replay`). A
-        timer that refreshes once a block (a warm GPU block) gives every call the first."""
+        """The inputs call ``call`` of a block seeded ``seed`` had in either side's worker
+        (same sets, salts from ``seed``: :meth:`.fresh.FreshInputs.replay`); a warm GPU
+        block refreshes once, so every call had the first's."""
         f = self.fresh
         takes = call + 1 if self.per_call_hook else 1
         return FreshInputs.replay(f.sets if f.mode != "regenerate" else f._initial, f.mode, seed, takes,
@@ -479,8 +467,7 @@ class CaseState:
         return call
 
     def begin(self, seed: Optional[int]) -> None:
-        """A block's start: its salts from ``seed`` (None: the case's own stream, for the
-        warm-up and plain calls, whose outputs are not committed)."""
+        """A block's start, its salts from ``seed`` (None: warm-up and plain calls, not committed)."""
         self.calls = 0
         self.committing = seed is not None and self.commits is not None
         if seed is not None:
