@@ -149,6 +149,17 @@ def sampled_digests(outputs: Sequence[Sequence[Any]], seed: int) -> List[str]:
     return [m.hexdigest() for m in macs]
 
 
+def _copy(out: Any) -> Any:
+    """A copy of an output's tensors in its own structure (a tensor, tuples, lists, dicts)."""
+    if hasattr(out, "element_size"):
+        return out.detach().clone()
+    if isinstance(out, (tuple, list)):
+        return type(out)(_copy(o) for o in out)
+    if isinstance(out, dict):
+        return {k: _copy(v) for k, v in out.items()}
+    return out
+
+
 def _nbytes(out: Any) -> int:
     """Bytes of an output's tensors (a tensor, or nested tuples/lists/dicts of them)."""
     if hasattr(out, "element_size"):
@@ -182,9 +193,14 @@ class Commitments:
         self._bytes = 0
         self._each = 0
 
-    def keep(self, call: int, out: Any) -> None:
-        """Keep call ``call``'s output, or (past the capacity) give it a reservoir place,
-        drawn now that the call has returned."""
+    def keep(self, call: int, out: Any, copy: bool = True) -> None:
+        """Keep call ``call``'s output (a copy, made outside the timed span, where ``copy``),
+        or (past the capacity) give it a reservoir place, drawn now that the call has
+        returned. A copy lets the call's own output be freed as before, so the next call
+        gets its memory back from the allocator as it would undefended; a warm GPU block has
+        no gap between calls for one and holds the outputs themselves."""
+        if copy:
+            out = _copy(out)
         kept = self.blocks[-1]
         self._calls += 1
         size = _nbytes(out)

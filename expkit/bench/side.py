@@ -25,7 +25,10 @@ descriptors (:mod:`.transport`). The requests, by phase:
   committed), ``reveal`` (a call the parent picked, exported), ``finish_case``;
 * memory: ``probe`` (one plain call: input, output and peak bytes, free memory).
 
-The baseline's process also answers the judging requests of :mod:`.judge`."""
+The baseline's process also answers the judging requests of :mod:`.judge`.
+
+Size: the requests and :class:`CaseState`, whose hooks are the timed path of ``block``
+(fresh inputs, the commitments' copies outside the timed spans), read best together."""
 
 from __future__ import annotations
 
@@ -335,6 +338,8 @@ class SideBench:
         if untimed is None:  # the GPU timer: host and device overlap, so the rest of the span is untimed
             untimed = max(0.0, (s1 - s0) - timed)
         found: List[Finding] = [used] if used is not None else []
+        if cs.committing:
+            cs.commit_pending()
         commits = cs.commits.seal() if cs.committing and cs.commits is not None else None
         s2 = CLOCK()
         if before is not None and last:  # threads, child processes, tamper (.block_checks)
@@ -406,6 +411,7 @@ class CaseState:
         #: Each call's output, committed (:mod:`.commit`); one a block where the memory plan has no room.
         self.commits = Commitments(COMMIT_BYTES if keep_pristine else 0) if bench.defended else None
         self.committing = False
+        self.pending: Optional[Tuple[int, Any]] = None  # (call, output) not yet committed
         self.leaked_threads = 0
         self.pool_threads = 0  # new parked threads excused so far (block_checks.after_block)
         self.reported: set = set()
@@ -449,26 +455,39 @@ class CaseState:
         if n > self._threads:
             self.leaked_threads += 1
         self._threads = n
+        self.commit_pending()
         self.args, _ = self.fresh.take()
 
     def after(self) -> None:
+        self.commit_pending()
         n = thread_count()
         self.leaked_threads += n > self._threads
         self._threads = n  # counted once: the next call's before() starts from this count
+
+    def commit_pending(self) -> None:
+        """The last call's output to the commitments, copied, outside the timed span (a CPU
+        call's ``after``; a cold GPU call's is the next one's ``before``, or the block's end)."""
+        if self.pending is not None:
+            call, out = self.pending
+            self.pending = None
+            self.commits.keep(call, out, copy=True)  # type: ignore[union-attr]
 
     def _make_call(self) -> Callable[[], None]:
         fn = self.bench.fn
 
         def call() -> None:
             out = fn(*self.args)
-            if self.committing:
-                self.commits.keep(self.calls, out)  # type: ignore[union-attr]
+            if self.committing:  # inside the timed span: a reference only (a warm GPU block's is kept)
+                if self.per_call_hook:
+                    self.pending = (self.calls, out)
+                else:
+                    self.commits.keep(self.calls, out, copy=False)  # type: ignore[union-attr]
             self.calls += 1
         return call
 
     def begin(self, seed: Optional[int]) -> None:
         """A block's start, its salts from ``seed`` (None: warm-up and plain calls, not committed)."""
-        self.calls = 0
+        self.calls, self.pending = 0, None
         self.committing = seed is not None and self.commits is not None
         if seed is not None:
             self.fresh.begin_block(seed)
