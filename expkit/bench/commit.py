@@ -194,11 +194,10 @@ class Commitments:
         self._each = 0
 
     def keep(self, call: int, out: Any, copy: bool = True) -> None:
-        """Keep call ``call``'s output (a copy, made outside the timed span, where ``copy``),
-        or (past the capacity) give it a reservoir place, drawn now that the call has
-        returned. A copy lets the call's own output be freed as before, so the next call
-        gets its memory back from the allocator as it would undefended; a warm GPU block has
-        no gap between calls for one and holds the outputs themselves."""
+        """Keep call ``call``'s output (a copy where ``copy``), or (past the capacity) give it
+        a reservoir place, drawn now that the call has returned. The bench holds the outputs
+        themselves: each call then writes to memory no earlier call of its block freed,
+        which a copy would avoid at the price of a copy a call (see :meth:`.side.CaseState.commit_pending`)."""
         if copy:
             out = _copy(out)
         kept = self.blocks[-1]
