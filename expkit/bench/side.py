@@ -338,6 +338,7 @@ class SideBench:
         if untimed is None:  # the GPU timer: host and device overlap, so the rest of the span is untimed
             untimed = max(0.0, (s1 - s0) - timed)
         found: List[Finding] = [used] if used is not None else []
+        c0 = CLOCK()
         if cs.committing:
             cs.commit_pending()
         commits = cs.commits.seal() if cs.committing and cs.commits is not None else None
@@ -348,7 +349,7 @@ class SideBench:
         c1 = CLOCK()
         timing = getattr(cs.timer, "last_timing", None)
         return {"seconds": per_call, "number": number, "timed": timed, "untimed": untimed, "recheck": 0.0,
-                "checks": (s0 - w0) + (c1 - s2), "commit": s2 - s1, "wall": c1 - w0, "t0": w0, "t1": c1,
+                "checks": (s0 - w0) + (c1 - s1) - (s2 - c0), "commit": s2 - c0, "wall": c1 - w0, "t0": w0, "t1": c1,
                 "method": cs.timer.method, "timing": timing.to_dict() if timing is not None else None,
                 "findings": [asdict(f) for f in fresh], "commits": commits}
 
