@@ -5,7 +5,7 @@ A script, not a test. ``python scripts/debug_recheck_variants.py run MANIFEST ..
 (``defences.start_method=fork`` is added), after one change picked by the environment
 variable ``EXPKIT_DEBUG_RECHECK``, made before any worker takes its function snapshot:
 
-* ``skip``: the baseline's worker opens the kept call's tensors and closes them, and runs
+* ``skip``: the baseline's worker opens the picked call's outputs and closes them, and runs
   neither the baseline nor the oracles (the export, the release and the hand-overs stay);
 * ``offcore``: the recheck runs with the baseline worker's thread on the host's other
   cores (those outside the timed blocks' cores), then back;
@@ -31,7 +31,7 @@ def _patch(mode: str) -> None:
 
     if mode == "skip":
         def recheck(self, case, kept, args):
-            self.importer.open(kept["inputs"])
+            self.importer.open(kept["outputs"])
             self.importer.close()
             return []
 
@@ -56,11 +56,12 @@ def _patch(mode: str) -> None:
         def release(self):
             inner_release(self)
             cs = self.case
-            if cs is not None:
+            if cs is not None:  # an untimed call: nothing of it committed
+                committing, cs.committing = cs.committing, False
                 cs.before()
                 cs.call()
                 cs.after()
-                cs.kept = None
+                cs.committing = committing
 
         side.SideBench.release = release
 
