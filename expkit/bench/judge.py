@@ -15,7 +15,8 @@ process). The candidate's worker exports its inputs and outputs (:mod:`.transpor
   calibration on the first trial of each declared case;
 * diagnoses a failure made only of NaN where the baseline is finite (``uninitialised``),
   with the candidate's unpoisoned re-run;
-* re-checks a timed call's kept output against the baseline on that call's inputs.
+* re-checks a timed call the parent picked after its block: its output must be the one
+  committed when the block ended, and is judged on the inputs this worker rebuilds for it.
 
 Every method returns plain data.
 """
@@ -57,13 +58,6 @@ def _tensors(values: Sequence[Any]) -> List[Any]:
     import torch
 
     return [v for v in values if isinstance(v, torch.Tensor)]
-
-
-def _with(args: Sequence[Any], positions: Sequence[int], tensors: Sequence[Any]) -> Tuple[Any, ...]:
-    out = list(args)
-    for i, t in zip(positions, tensors):
-        out[i] = t
-    return tuple(out)
 
 
 class Judge:
@@ -246,7 +240,6 @@ class Judge:
             return [Finding(RECHECK, False, "a timed call's output is not the one committed when its block ended "
                             "(it changed after the harness chose it to be checked)", case)]
         pristine = tuple(args)
-        inputs = ()
         found: List[Finding] = []
         t0 = time.perf_counter()
         try:
@@ -272,7 +265,7 @@ class Judge:
                                      f"a timed call's output fails {f.check} after timing (it passed the preflight: "
                                      f"a replay, a skipped computation or drift?): {f.message}", case,
                                      figure=f.figure, threshold=f.threshold))
-        del expected, inputs, actual, pristine
+        del expected, actual, pristine
         self._ref = None
         self.importer.close()
         return found
