@@ -168,7 +168,7 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
         got = measure.measure_replicated([c.name for c in m.cases], replicates.open, settings.measure,
                                          rng=random.Random(run_seed), progress=progress)
         replicates.drop_spare()
-        findings += replicates.findings
+        findings += replicates.findings + replicates.clock_findings()
         for name, e in got.errors.items():
             if isinstance(e, OutOfMemory):
                 findings.append(Finding("memory", False, f"ran out of memory while being timed ({e}); the memory "

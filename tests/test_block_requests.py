@@ -16,20 +16,21 @@ import torch
 from expkit.bench import side as side_module
 from expkit.bench.case_sides import runs_by_side
 from expkit.bench.serve import Server
-from expkit.bench.side import CANDIDATE, LAST_CALL, SideBench
+from expkit.bench.side import CANDIDATE, SideBench
 from expkit.manifest.settings import Settings
 from expkit.manifest.spec import load
 
 MANIFEST = Path(__file__).resolve().parents[1] / "manifests" / "examples" / "cpu" / "honest-win.yaml"
 
 
-def test_consecutive_blocks_of_a_side_are_one_request_and_a_kept_call_ends_it():
-    plan = [("b", 4, None), ("c", 4, None), ("c", 8, None), ("b", 4, None), ("b", 4, 2), ("b", 4, None),
-            ("c", 4, None)]
-    assert runs_by_side(plan, None) == [("b", [(4, None)]), ("c", [(4, None), (8, None)]),
-                                        ("b", [(4, None), (4, 2)]), ("b", [(4, None)]), ("c", [(4, None)])]
-    assert runs_by_side([("c", 4, 3), ("c", 4, None)], LAST_CALL) == [("c", [(4, LAST_CALL)]), ("c", [(4, None)])]
-    assert runs_by_side([], None) == []
+def test_consecutive_blocks_of_a_side_are_one_request_whichever_calls_are_checked_later():
+    """No request says which call is checked (the parent picks after the reply), so no
+    block has to end its request for a recheck."""
+    plan = [("b", 4, True), ("c", 4, True), ("c", 8, True), ("b", 4, True), ("b", 4, False), ("b", 4, True),
+            ("c", 4, True)]
+    assert runs_by_side(plan) == [("b", [(4, True)]), ("c", [(4, True), (8, True)]),
+                                  ("b", [(4, True), (4, False), (4, True)]), ("c", [(4, True)])]
+    assert runs_by_side([]) == []
 
 
 def _server(fn, monkeypatch, calls):

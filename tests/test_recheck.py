@@ -1,10 +1,12 @@
-"""The recheck of a timed call: which call is kept, and what judging it costs.
+"""The recheck of a timed call: which calls are committed, and what judging it costs.
 
-Without a pristine copy (the memory plan's choice at large sizes), the recheck holds a
-call's output against its inputs as they are after the block, so the call must be the
-last one: every call before it salts an input set in place. A timer may call more often than asked (the GPU timer re-runs a block whose
-hold the host outran); on the H100 that made the Liger layer-norm training-step audit
-fail its recheck by up to 1.6 on one element, an honest candidate called invalid."""
+Every call of a block is committed (its output kept and digested when the block ends),
+the parent picks afterwards, and the baseline's worker rebuilds the picked call's inputs
+from the block's seed. A timer may call more often than asked (the GPU timer re-runs a
+block whose hold the host outran); on the H100 an older scheme that named the kept call
+by its number made the Liger layer-norm training-step audit fail its recheck by up to
+1.6 on one element, an honest candidate called invalid: every call the timer made is
+committed, and each is judged on its own inputs."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from expkit.bench.side import CANDIDATE, LAST_CALL, SideBench
+from expkit.bench.commit import sampled_digests
+from expkit.bench.side import CANDIDATE, SideBench
 from expkit.manifest.settings import Settings
 from expkit.manifest.spec import load
 
@@ -45,27 +48,55 @@ class RetryingTimer:
         return 1e-3
 
 
-def kept_call(recheck: int, extra: int):
+def committed_block(extra: int, number: int = 8, seed: int = 11, input_sets: int = 2):
     lm = load(MANIFEST)
     side = SideBench(lm, Settings(), "cpu", CANDIDATE, fn=chain, factory=make_inputs, local=True)
-    side.prepare(lm.manifest.cases[0].name, run_seed=1, salt_seed=2, input_sets=1, keep_pristine=False)
+    side.prepare(lm.manifest.cases[0].name, run_seed=1, salt_seed=2, input_sets=input_sets, keep_pristine=True)
     cs = side.case
     cs.timer = RetryingTimer(cs.before, cs.after, extra)
-    cs.begin(recheck)
-    cs.timer.sample(cs.call, 8)
-    out, inputs = cs.kept
-    return out, chain(*inputs)
+    cs.commits.open_request()
+    cs.begin(seed)
+    cs.timer.sample(cs.call, number)
+    return cs, cs.commits.seal()
 
 
-def test_the_last_call_is_kept_however_often_the_timer_called():
-    out, again = kept_call(LAST_CALL, extra=3)
-    assert torch.equal(out, again)
+def test_every_call_the_timer_made_is_committed_and_judged_on_its_own_inputs():
+    cs, sealed = committed_block(extra=3)
+    kept = [i for i, _ in sealed["kept"]]
+    assert sealed["calls"] == sealed["held"] == 11 and kept == list(range(11))
+    for i, digest in sealed["kept"]:
+        out = cs.commits.output(0, i)
+        assert sampled_digests([(out,)], sealed["seed"]) == [digest]
+        assert torch.equal(out, chain(*cs.inputs_of(11, i)))  # the inputs rebuilt from the block's seed
+    # and not on another call's: the salts differ from call to call
+    i = kept[-1]
+    assert not torch.equal(cs.commits.output(0, i), chain(*cs.inputs_of(11, i - 1)))
 
 
-def test_call_number_minus_one_is_not_the_last_when_a_block_is_re_run():
-    # What the pair asked for before: call 7 of 8. Three more calls salted its inputs.
-    out, again = kept_call(7, extra=3)
-    assert not torch.equal(out, again)
+def test_the_inputs_a_call_was_given_are_rebuilt_in_another_process_from_the_seed_alone():
+    """The baseline's worker rebuilds them from its own sets (salted by its own blocks)."""
+    cs, _ = committed_block(extra=0)
+    lm = load(MANIFEST)
+    other = SideBench(lm, Settings(), "cpu", "baseline", fn=chain, factory=make_inputs, local=True)
+    other.prepare(lm.manifest.cases[0].name, run_seed=1, salt_seed=99, input_sets=2)
+    other.case.begin(5)
+    other.case.timer.sample(other.case.call, 7)  # its own block, its own salts
+    for i in (0, 3, 7):
+        assert all(torch.equal(a, b) for a, b in zip(other.case.inputs_of(11, i), cs.inputs_of(11, i)))
+
+
+def test_past_its_capacity_a_block_keeps_a_reservoir_and_says_how_many_calls_it_could_not():
+    from expkit.bench.commit import Commitments
+
+    c = Commitments(capacity=3 * 64 * 64 * 4)
+    c.open_request()
+    c.open_block()
+    for i in range(20):
+        c.keep(i, torch.full((64, 64), float(i)))
+    sealed = c.seal()
+    kept = [i for i, _ in sealed["kept"]]
+    assert sealed["calls"] == 20 and len(kept) == 3 and len(set(kept)) == 3
+    assert all(c.output(0, i)[0, 0].item() == i for i in kept)
 
 
 # -- a recheck whose output is the baseline's own bits needs no float64 reference -----------
@@ -101,8 +132,8 @@ def judged_recheck(candidate_output, oracle_kind: str):
     judge._reference64 = lambda pristine: made.append(1) or real(pristine)
     inputs = make_inputs({}, torch.Generator().manual_seed(3), "cpu")
     ex = Exporter(local=True)
-    kept = {"inputs": ex.export(list(inputs)), "outputs": ex.export([candidate_output(inputs)]),
-            "positions": [0, 1, 2]}
+    out = candidate_output(inputs)
+    kept = {"outputs": ex.export([out]), "digest": sampled_digests([(out,)], 7)[0], "seed": 7}
     return judge.recheck("c", kept, list(inputs)), made
 
 
@@ -184,7 +215,7 @@ def test_both_sides_time_on_inputs_in_the_memory_the_factory_made():
     """Regression (KernelBench 7 and 9 on CPU, 2026-11-24): the candidate's timed input sets
     were placed in shared memory, the baseline's were not, and honest matmuls read 0.4-0.8x,
     three times slower in some processes. No timed input set is in an exported segment now;
-    a kept call's inputs are copied out when the recheck exports them."""
+    a picked call's output is copied out when the recheck exports it."""
     lm = load(MANIFEST)
     side = SideBench(lm, Settings(), "cpu", CANDIDATE, fn=chain, factory=make_inputs, local=False)
     try:
@@ -192,40 +223,38 @@ def test_both_sides_time_on_inputs_in_the_memory_the_factory_made():
         sets = side.case.fresh.sets
         assert len(sets) == 2 and all(side.exporter._segment_of(t) is None for s in sets for t in s)
         side.case.timer = RetryingTimer(side.case.before, side.case.after, 0)
-        side.case.begin(LAST_CALL)
+        side.case.commits.open_request()
+        side.case.begin(3)
         side.case.timer.sample(side.case.call, 4)
-        out, inputs = side.case.kept
-        exported = side.exporter.export(list(inputs))  # the recheck's export: a copy, the same values
-        assert len(exported) == 3 and torch.equal(out, chain(*inputs))
+        sealed = side.case.commits.seal()
+        (i, _), = sealed["kept"]  # no room for copies: a reservoir of one
+        shown = side.reveal(0, i)
+        assert len(shown["outputs"]) == 1 and all(side.exporter._segment_of(t) is None for s in sets for t in s)
     finally:
         side.exporter.release_exports()
         side.close()
 
 
-def test_a_block_keeping_its_last_call_holds_one_output_at_a_time():
-    """The kept output is dropped before the next call, not replaced after it: with both
-    alive, a 1 GiB pair's rechecked blocks peaked at 3.3 GiB allocated on an H100 where
-    one input set and one output are 2."""
-    import weakref
+def test_a_picked_output_changed_after_its_block_is_not_the_committed_one():
+    found, _ = judged_recheck_changed()
+    assert [f.check for f in found] == ["recheck"] and "committed" in found[0].message
 
-    outputs: list = []
-    alive_at_each_call: list = []
 
-    def fn(a, b, c):
-        alive_at_each_call.append(sum(1 for w in outputs if w() is not None))
-        out = chain(a, b, c)
-        outputs.append(weakref.ref(out))
-        return out
+def judged_recheck_changed():
+    from expkit.bench.judge import Judge
+    from expkit.bench.side import BASELINE
+    from expkit.bench.transport import Exporter
 
     lm = load(MANIFEST)
-    side = SideBench(lm, Settings(), "cpu", CANDIDATE, fn=fn, factory=make_inputs, local=True)
-    side.prepare(lm.manifest.cases[0].name, run_seed=1, salt_seed=2, input_sets=1, keep_pristine=False)
-    cs = side.case
-    cs.timer = RetryingTimer(cs.before, cs.after, 0)
-    cs.begin(LAST_CALL)
-    cs.timer.sample(cs.call, 6)
-    assert alive_at_each_call == [0] * 6
-    assert cs.kept is not None and cs.kept[0] is outputs[-1]()
+    side = SideBench(lm, Settings(), "cpu", BASELINE, fn=chain, factory=make_inputs, local=True)
+    judge = Judge(side)
+    inputs = make_inputs({}, torch.Generator().manual_seed(3), "cpu")
+    partial = chain(*inputs)
+    partial[::3] = 0.0  # what the call returned, committed
+    digest = sampled_digests([(partial,)], 7)[0]
+    fixed = chain(*inputs)  # made right once the pick was known
+    kept = {"outputs": Exporter(local=True).export([fixed]), "digest": digest, "seed": 7}
+    return judge.recheck("c", kept, list(inputs)), None
 
 
 def test_a_cpu_recheck_goes_wide_only_after_a_baseline_call_that_took_long(monkeypatch):

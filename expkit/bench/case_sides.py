@@ -3,12 +3,15 @@
 :class:`CaseSides` is what :meth:`.pair.Pair.sides` hands the measurement loop
 (:mod:`expkit.timing.measure`): the two sides as callables and the parent's
 :class:`~.envelope.SessionTimer` over them. It relays each batch of blocks to the
-workers in the loop's order, runs the recheck of a kept candidate call in the
-baseline's worker, and at the case's end gathers what each side found.
+workers in the loop's order with a fresh seed for each block's salts, picks (after a
+candidate block's reply has committed its outputs) the calls the baseline's worker
+re-checks, and at the case's end gathers what each side found, the parent's clock
+against the candidate's own figures among it (:mod:`.outside_clock`).
 """
 
 from __future__ import annotations
 
+import secrets
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..checks.activity import busiest
@@ -16,10 +19,12 @@ from ..checks.interference import WorkerWatch, pool_cores
 from ..core.findings import Finding
 from . import cores
 from .clock import CLOCK
+from .commit import committed_calls
 from .envelope import RecheckPolicy, SessionTimer, SideFn, envelope_counts, envelope_findings
 from .freeze import Freeze
 from .launches import LaunchCheck, launch_findings, launches_at_end
-from .side import BASELINE, CANDIDATE, LAST_CALL
+from .outside_clock import RequestClock
+from .side import BASELINE, CANDIDATE
 from .trial import findings_of as _findings
 
 
@@ -28,10 +33,11 @@ class CaseSides:
 
     Every block goes to its side's worker in the loop's order (the loop interleaves
     the sides round by round); the parent times each request on its own clock for the
-    envelope check. A candidate block the recheck policy picked comes back with one
-    call's output and inputs exported, which the baseline's worker re-checks before
-    the next block starts. ``pair``: the run's :class:`.pair.Pair` (typed loosely: that
-    module imports this one)."""
+    envelope check and the outside clock. Each block's reply commits its calls' outputs;
+    then the recheck policy may pick some of a candidate block's calls, which the
+    candidate's worker exports and the baseline's worker re-checks on inputs it rebuilds
+    from the block's seed, before the candidate's next request. ``pair``: the run's
+    :class:`.pair.Pair` (typed loosely: that module imports this one)."""
 
     def __init__(self, pair: Any, case: str, share: Optional[cores.Cores] = None) -> None:
         self.pair, self.case, self.share = pair, case, share
@@ -57,6 +63,13 @@ class CaseSides:
             pair.evidence["relay_policy"] = "SCHED_BATCH" if policy is not None else "the parent's"
         #: Each timed call's kernels against the profiled call's (.launches), a GPU run's.
         self.launches = LaunchCheck(case, pair.launches.get(case) if pair.device == "cuda" else None)
+        #: Each judged block request as the parent's clock saw it (:mod:`.outside_clock`).
+        self.clock: List[RequestClock] = []
+        #: The candidate's judged blocks (:mod:`.commit`), for the report: how many, how many
+        #: held fewer outputs than calls until they ended (the memory plan's reservoir: a call
+        #: not held could not be picked), calls run, and calls that could have been picked.
+        self.commit_counts = {"blocks": 0, "reservoir": 0, "calls": 0, "held": 0}
+        self._fits: Optional[int] = None
         self.baseline = SideFn(BASELINE, self._warm, self._call)
         self.candidate = SideFn(CANDIDATE, self._warm, self._call)
 
@@ -93,43 +106,82 @@ class CaseSides:
             out["latency"] += freeze.seconds - held
         return out
 
-    def _relay(self, requests: Sequence[Tuple[str, int, Optional[int]]]) -> Dict[str, Any]:
+    def _relay(self, requests: Sequence[Tuple[str, int, bool]]) -> Dict[str, Any]:
         blocks = []
         wall = latency = 0.0
-        last_only = self.pair.memory is not None and not self.pair.memory.keep_pristine
         watch, freeze = self.watch, self.freeze
-        for side, group in runs_by_side(requests, LAST_CALL if last_only else None):
+        for side, group in runs_by_side(requests):
             if freeze is not None:
                 freeze.quiet(side)
+            items = [(n, secrets.randbits(63)) for n, _ in group]
             sent = CLOCK()
             if watch is not None:
                 watch.before(side, int(sent * 1e9))
-            if len(group) == 1:
-                reps = [self._ep(side).request("block", number=group[0][0], recheck=group[0][1])]
+            if len(items) == 1:
+                reps = [self._ep(side).request("block", number=items[0][0], seed=items[0][1])]
             else:
-                reps = self._ep(side).request("block", items=group)["blocks"]
+                reps = self._ep(side).request("block", items=items)["blocks"]
             got = CLOCK()
             if watch is not None:
                 watch.after(int(got * 1e9))
             stamps = [sent] + [t for r in reps for t in (r.get("t0"), r.get("t1"))] + [got]
             if None not in stamps and stamps == sorted(stamps):  # each block's inside the window, in order
                 latency += (stamps[1] - sent) + (got - stamps[-2])
-            for rep in reps:
+            if all(j for _, j in group):
+                self.clock.append(RequestClock(side, got - sent, sum(float(r["timed"]) for r in reps),
+                                               sum(n for n, _ in items),
+                                               sum(float(r["untimed"]) + float(r.get("commit", 0.0)) for r in reps)))
+            for pos, ((number, seed), (_, judged), rep) in enumerate(zip(items, group, reps)):
                 rep["findings"] = list(rep.get("findings", ())) + launch_findings(self.launches, side, rep)
-                kept = rep.pop("kept", None)
-                if kept is not None:
-                    if freeze is not None:  # both workers take part in the recheck
-                        freeze.release()
-                    t0 = CLOCK()
-                    got = self.pair.b.request("recheck", case=self.case, kept=kept)
-                    self.pair.c.request("release")
-                    spent = CLOCK() - t0
-                    rep["findings"] = list(rep.get("findings", ())) + list(got["findings"])
-                    rep["recheck"] = spent
-                    rep["wall"] = rep["wall"] + spent
+                commits = rep.pop("commits", None)
+                if side == BASELINE and commits and commits.get("fits"):
+                    self._fits = int(commits["fits"])  # the baseline's: outputs of this size the capacity holds
+                if side == CANDIDATE and judged:
+                    self._judge_block(rep, pos, number, seed, commits)
                 blocks.append(rep)
                 wall += rep["wall"]
         return {"blocks": blocks, "wall": wall, "latency": latency}
+
+    def _judge_block(self, rep: Dict[str, Any], pos: int, number: int, seed: int,
+                     commits: Optional[Dict[str, Any]]) -> None:
+        """A candidate block's commitment: as many calls as asked, and the calls the policy
+        picks now (after the reply) re-checked in the baseline's worker."""
+        if commits is None:  # undefended: nothing committed, nothing to check
+            return
+        calls, held, kept = committed_calls(commits)
+        c = self.commit_counts
+        c["blocks"] += 1
+        c["reservoir"] += held < calls
+        c["calls"] += calls
+        c["held"] += held
+        found: List[Dict[str, Any]] = []
+        if calls < number:
+            found.append(_recheck_finding(self.case, f"a timed block asked for {number} calls committed {calls}: "
+                                                     "calls were skipped while the block reported them"))
+        elif held < min(calls, self._fits or 0) or (calls and not held):
+            found.append(_recheck_finding(self.case, f"a timed block of {calls} calls held {held} outputs until it "
+                                                     f"ended where {min(calls, self._fits or 1)} fit (the baseline's "
+                                                     "worker held as many): the calls to check were chosen in it"))
+        picks = self.timer.policy.pick(CANDIDATE, kept)
+        if picks:
+            digests = {int(i): d for i, d in commits["kept"]}
+            if self.freeze is not None:  # both workers take part in the recheck
+                self.freeze.release()
+            t0 = CLOCK()
+            for call in picks:
+                shown = self.pair.c.request("reveal", block=pos, call=call)
+                if shown.get("defect") or shown.get("missing"):
+                    why = shown.get("defect") or "the worker has no output for it"
+                    found.append(_recheck_finding(self.case, f"a timed call's output: {why}"))
+                    continue
+                kept_call = {"outputs": shown["outputs"], "structure": shown["structure"],
+                             "digest": digests[call], "seed": commits["seed"]}
+                got = self.pair.b.request("recheck", case=self.case, kept=kept_call, seed=seed, call=call)
+                found.extend(got["findings"])
+            self.pair.c.request("release")
+            rep["recheck"] = CLOCK() - t0
+            rep["wall"] = rep["wall"] + rep["recheck"]
+        rep["findings"] = list(rep.get("findings", ())) + found
 
     def finish(self, trim: bool = True) -> List[Finding]:
         """End the case in both workers; ``trim``: each gives the device back its cached
@@ -163,25 +215,30 @@ class CaseSides:
         self.pair.evidence.setdefault("envelope", {})[self.case] = envelope_counts(self.timer.accounts, d)
         return self.timer.findings + envelope_findings(self.case, self.timer.accounts, d) + done
 
+    @property
+    def clock_judged(self) -> bool:
+        """Whether the parent's clock bounds this case's figures (:mod:`.outside_clock`): host
+        figures (a CPU run), each side in its own worker, defended."""
+        return self.pair.device == "cpu" and self.pair.isolated and self.pair.settings.defences.enabled
 
-def runs_by_side(requests: Sequence[Tuple[str, int, Optional[int]]],
-                 keep_as: Optional[int]) -> List[Tuple[str, List[Tuple[int, Optional[int]]]]]:
+
+def runs_by_side(requests: Sequence[Tuple[str, int, bool]]) -> List[Tuple[str, List[Tuple[int, bool]]]]:
     """The loop's blocks in order, consecutive blocks of one side as one request: (side,
-    [(number, recheck), ...]). A block that keeps a call for the recheck ends its request
-    (the recheck runs before the next block); ``keep_as`` replaces its index (LAST_CALL
-    where the memory plan has no room for a pristine copy)."""
-    out: List[Tuple[str, List[Tuple[int, Optional[int]]]]] = []
-    cut = True
-    for side, number, keep in requests:
-        if keep is not None and keep_as is not None:
-            keep = keep_as
-        if cut or out[-1][0] != side:
+    [(number, judged), ...])."""
+    out: List[Tuple[str, List[Tuple[int, bool]]]] = []
+    for side, number, judged in requests:
+        if not out or out[-1][0] != side:
             out.append((side, []))
-        out[-1][1].append((int(number), keep))
-        cut = keep is not None
+        out[-1][1].append((int(number), bool(judged)))
     return out
 
 
+def _recheck_finding(case: str, message: str) -> Dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(Finding("recheck", False, message, case))
+
+
 class _NoRecheck(RecheckPolicy):
-    def pick(self, side: str, number: int) -> Optional[int]:
-        return None
+    def pick(self, side: str, kept: Sequence[int]) -> List[int]:
+        return []

@@ -5,7 +5,8 @@ while the worker reports its own account: the timed seconds, the untimed harness
 and its wall time. A batch whose worker wall time falls short of the envelope by more
 than ``max(envelope_abs_s, envelope_rel x envelope)`` is flagged; more than half of a
 case's batches flagged makes the run invalid. :class:`RecheckPolicy` decides, on the
-parent's side and from a secret RNG, which timed call of which block is re-checked.
+parent's side, from a secret RNG and only once a block's reply has committed its calls'
+outputs (:mod:`.commit`), which calls of which block are re-checked.
 """
 
 from __future__ import annotations
@@ -73,41 +74,45 @@ def envelope_counts(accounts: Sequence[BlockAccount], d: DefenceSettings) -> Dic
             "worst_shortfall_s": max((a.shortfall() for a in accounts), default=0.0)}
 
 
+#: Calls re-checked in a block the policy picks (fewer where fewer were kept).
+CALLS_PER_PICK = 2
+
+
 class RecheckPolicy:
-    """Which timed blocks re-check one of their calls, and which call.
+    """Which timed blocks re-check some of their calls, and which calls.
 
     The first ``min_rechecks`` candidate blocks of a case, then any block while the
     re-checks (those done, plus those planned at the average cost so far) have cost
     less than ``budget`` of the timed seconds. One policy serves one case in one of
     ``processes`` processes: the minimum is shared between them, at least one in each
     (3 processes of a case with ``min_rechecks=3`` re-check one block each, not three).
-    The call index is drawn from a secret RNG, so the candidate cannot tell a checked
-    call from an unchecked one (short of reading the harness's memory)."""
+
+    The choice is made after the block: :meth:`pick` is given the calls the block's
+    reply committed (:mod:`.commit`) and draws ``CALLS_PER_PICK`` of them from a secret
+    RNG in the parent. While the candidate's calls run, which block and which call will
+    be checked is decided nowhere, so no reading of its worker's memory can tell."""
 
     def __init__(self, d: DefenceSettings, rng: Optional[random.Random] = None, processes: int = 1) -> None:
         self.min = max(1, -(-d.min_rechecks // max(1, processes))) if d.min_rechecks > 0 else 0
         self.budget = d.recheck_budget
         self.rng = rng or random.Random(secrets.randbits(64))
         self.picked = 0
-        self.pending = 0
         self.recheck_s = 0.0
         self.timed_s = 0.0
 
-    def pick(self, side: str, number: int) -> Optional[int]:
-        if side != "candidate":
-            return None
-        done = self.picked - self.pending
-        each = self.recheck_s / done if done > 0 else 0.0
-        if self.picked < self.min or self.recheck_s + self.pending * each < self.budget * self.timed_s:
+    def pick(self, side: str, kept: Sequence[int]) -> List[int]:
+        """The committed calls (``kept``: their indices) of one block to re-check, maybe none."""
+        if side != "candidate" or not kept:
+            return []
+        each = self.recheck_s / self.picked if self.picked else 0.0
+        if self.picked < self.min or self.recheck_s + each < self.budget * self.timed_s:
             self.picked += 1
-            self.pending += 1
-            return self.rng.randrange(number)
-        return None
+            return sorted(self.rng.sample(list(kept), min(CALLS_PER_PICK, len(kept))))
+        return []
 
-    def spent(self, timed: float, recheck: float, rechecked: bool) -> None:
+    def spent(self, timed: float, recheck: float) -> None:
         self.timed_s += timed
         self.recheck_s += recheck
-        self.pending -= bool(rechecked)
 
 
 class SideFn:
@@ -124,13 +129,14 @@ class SideFn:
         self._call(self.side)
 
 
-Request = Tuple[str, int, Optional[int]]
+#: (side, calls, judged): a judged block's committed calls may be picked for the recheck.
+Request = Tuple[str, int, bool]
 
 
 class SessionTimer:
     """The parent's timer: asks the bench for blocks, times each request, checks it.
 
-    ``run_blocks([(side, number, recheck_index), ...]) -> {"blocks": [...], "wall": s}``
+    ``run_blocks([(side, number, judged), ...]) -> {"blocks": [...], "wall": s}``
     runs a batch of blocks (each side's in its own worker, :class:`~.case_sides.CaseSides`).
     With ``envelope`` the parent's own time of each batch is held against the workers'
     account of it (:func:`flagged`, :func:`envelope_findings`), less the channel's
@@ -156,16 +162,16 @@ class SessionTimer:
         worker's ``BlockTiming`` dict, which the measurement loop accepts."""
         # Calibration's single blocks (``judged`` False) re-check nothing: they are the first,
         # shortest calls, before a cache or a skip has anything to gain, and a re-check spent
-        # there is one the measured blocks do not get.
-        reqs: List[Request] = [(fn.side, number, self.policy.pick(fn.side, number) if judged else None)
-                               for fn, number in plan]
+        # there is one the measured blocks do not get. The calls a judged block re-checks are
+        # picked after its reply (``run_blocks`` asks ``self.policy``).
+        reqs: List[Request] = [(fn.side, number, judged) for fn, number in plan]
         t0 = self._clock()
         rep = self._run(reqs)
         envelope = self._clock() - t0
         out = []
-        for (side, number, k), r in zip(reqs, rep["blocks"]):
+        for (side, number, _), r in zip(reqs, rep["blocks"]):
             self.method = r.get("method", self.method)
-            self.policy.spent(r["timed"], r["recheck"], k is not None)
+            self.policy.spent(r["timed"], r["recheck"])
             self.findings.extend(finding_from(f) for f in r.get("findings", ()))
             out.append(r.get("timing") or float(r["seconds"]))
         blocks = rep["blocks"]
@@ -175,6 +181,7 @@ class SessionTimer:
             self.accounts.append(BlockAccount(
                 "batch", sum(n for _, n, _ in reqs), envelope, rep["wall"], sum(b["timed"] for b in blocks),
                 sum(b["untimed"] for b in blocks), sum(b["recheck"] for b in blocks),
-                rep["wall"] - sum(b["wall"] for b in blocks) + sum(b["checks"] for b in blocks),
+                rep["wall"] - sum(b["wall"] for b in blocks)
+                + sum(b["checks"] + b.get("commit", 0.0) for b in blocks),
                 float(rep.get("latency", 0.0))))
         return out

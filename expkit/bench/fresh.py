@@ -92,6 +92,13 @@ class FreshInputs:
 
     ``take(keep)`` returns the arguments for the next call, and with ``keep`` a
     pristine copy of them for the recheck.
+
+    **Blocks the baseline's side can replay.** ``begin_block(seed)`` first undoes every
+    salt since the sets were made (each salt logs the bits it overwrote), then draws the
+    block's salts from ``seed`` alone, starting from the first set. The inputs of the
+    ``k``-th take of a block are then a function of the factory's sets, ``seed`` and ``k``:
+    :meth:`replay` rebuilds them in another process (the baseline's, which judges), so a
+    call's inputs are never taken on the word of the process that ran it.
     """
 
     def __init__(self, sets: List[Tuple[Any, ...]], mode: str, rng: random.Random,
@@ -116,6 +123,49 @@ class FreshInputs:
         self._targets = [self._floating(s) for s in self.sets]
         self._draws: List[Iterator[Tuple[int, int, int]]] = [iter(()) for _ in self.sets]
         self.salted = mode != "salt" or any(self._targets)
+        #: Every salt since the sets were made: (set, target, flat position, old value), undone
+        #: by ``begin_block``; the sets the regenerate mode replaced, to put back.
+        self._log: List[Tuple[int, int, int, Any]] = []
+        self._initial = list(self.sets)
+
+    def begin_block(self, seed: int) -> None:
+        """Back to the factory's sets, then this block's salts from ``seed`` (see the class)."""
+        import numpy as np
+
+        for j, which, p, old in reversed(self._log):
+            t, flat, one, _ = self._targets[j][which]
+            if flat is not None:
+                flat[p] = old
+                self._bump(one)
+            else:
+                import torch
+
+                with torch.no_grad():
+                    t[_unravel(p, t.shape)] = old
+        self._log.clear()
+        if self.mode == "regenerate":
+            self.sets = list(self._initial)
+            self._targets = [self._floating(s) for s in self.sets]
+        self._gen = np.random.default_rng(int(seed) & ((1 << 63) - 1))
+        self._draws = [iter(()) for _ in self.sets]
+        self._next = 0
+
+    @classmethod
+    def replay(cls, sets: List[Tuple[Any, ...]], mode: str, seed: int, takes: int,
+               undo: Sequence[Tuple[int, int, int, Any]] = (),
+               rebuild: Optional[Callable[[int], Tuple[Any, ...]]] = None) -> Tuple[Any, ...]:
+        """The arguments of take number ``takes`` (1 for the first) of the block seeded
+        ``seed``, rebuilt on copies of ``sets`` (``undo``: the salts those sets carry now,
+        which ``begin_block`` undoes first). Costs one copy of the sets and ``takes`` salts."""
+        copies = [clone_inputs(s) for s in sets]
+        twin = cls(copies, mode, random.Random(0), rebuild)
+        twin._log = list(undo)
+        twin._initial = list(copies)
+        twin.begin_block(seed)
+        args: Tuple[Any, ...] = ()
+        for _ in range(max(1, takes)):
+            args, _ = twin.take()
+        return args
 
     @staticmethod
     def _floating(args: Sequence[Any]) -> List[Tuple[Any, Any, Tuple[Any], int]]:
@@ -167,15 +217,18 @@ class FreshInputs:
                 which, p, q = next(self._refill(j))
             t, flat, one, _ = targets[which]
             if flat is not None:
+                self._log.append((j, which, p, flat[p]))
                 flat[p] = flat[q]
                 self._bump(one)
             else:
                 import torch
 
                 with torch.no_grad():
-                    t[_unravel(p, t.shape)] = t[_unravel(q, t.shape)]
+                    at = _unravel(p, t.shape)
+                    self._log.append((j, which, p, t[at].clone()))
+                    t[at] = t[_unravel(q, t.shape)]
         elif self.mode == "regenerate" and self.rebuild is not None:
-            self.sets[j] = self.rebuild(self.rng.getrandbits(62))
+            self.sets[j] = self.rebuild(int(self._gen.integers(1 << 62)))
             self._targets[j] = self._floating(self.sets[j])
             self._draws[j] = iter(())
 

@@ -15,7 +15,8 @@ process). The candidate's worker exports its inputs and outputs (:mod:`.transpor
   calibration on the first trial of each declared case;
 * diagnoses a failure made only of NaN where the baseline is finite (``uninitialised``),
   with the candidate's unpoisoned re-run;
-* re-checks a timed call's kept output against the baseline on that call's inputs.
+* re-checks a timed call the parent picked after its block: its output must be the one
+  committed when the block ended, and is judged on the inputs this worker rebuilds for it.
 
 Every method returns plain data.
 """
@@ -57,13 +58,6 @@ def _tensors(values: Sequence[Any]) -> List[Any]:
     import torch
 
     return [v for v in values if isinstance(v, torch.Tensor)]
-
-
-def _with(args: Sequence[Any], positions: Sequence[int], tensors: Sequence[Any]) -> Tuple[Any, ...]:
-    out = list(args)
-    for i, t in zip(positions, tensors):
-        out[i] = t
-    return tuple(out)
 
 
 class Judge:
@@ -232,12 +226,20 @@ class Judge:
 
     # -- a timed call, re-checked -------------------------------------------------------
     def recheck(self, case: str, kept: Mapping[str, Any], args: Sequence[Any]) -> List[Finding]:
-        """A timed call's output against the baseline on that call's inputs (``args`` gives
-        the non-tensor arguments, which both sides build alike)."""
+        """A timed call's output against the baseline on that call's inputs, which this
+        worker rebuilt (``args``: :meth:`.side.CaseState.inputs_of`), never the candidate's
+        word for them. The output must first be the one committed when its block ended
+        (``kept["digest"]``, drawn with ``kept["seed"]``, digested here): one made right
+        after the pick is not the call's."""
+        from .commit import sampled_digests
+
         self._ref = None  # a reference is per set of inputs: an earlier recheck's tuple may have had this id
-        inputs = self.importer.open(kept["inputs"])
         actual = tuple(self.importer.open(kept["outputs"]))
-        pristine = _with(args, kept["positions"], inputs)
+        if sampled_digests([actual], int(kept["seed"]))[0] != kept["digest"]:
+            self.importer.close()
+            return [Finding(RECHECK, False, "a timed call's output is not the one committed when its block ended "
+                            "(it changed after the harness chose it to be checked)", case)]
+        pristine = tuple(args)
         found: List[Finding] = []
         t0 = time.perf_counter()
         try:
@@ -260,7 +262,7 @@ class Judge:
         for f in checked:
             if not f.ok:
                 found.append(Finding(RECHECK, False, recheck_message(f), case, figure=f.figure, threshold=f.threshold))
-        del expected, inputs, actual, pristine
+        del expected, actual, pristine
         self._ref = None
         self.importer.close()
         return found

@@ -19,9 +19,10 @@ memory free. :func:`plan` then decides, from those figures alone:
   workers fits the *budget*: twice the plain call's peak plus 1 GiB (one plain call a
   side, and room for the harness's own small copies), and never more than
   ``headroom`` of the free memory. The previous trial's tensors
-  (``hold_previous``), the pristine copy of a rechecked call's inputs
-  (``keep_pristine``: without it the recheck takes the last call of a block, whose
-  inputs no later call refreshes, and holds its output against them as they are), the
+  (``hold_previous``), room for a block's outputs, held until the parent has picked
+  the calls to re-check (``keep_pristine``, named for the inputs' copy it held before:
+  without it a block holds a reservoir of one output, drawn after each call; with it up
+  to ``bench.commit.COMMIT_BYTES`` a block, which this plan does not count), the
   baseline's own copy of the trial's inputs (``clone_for_baseline``: without it the
   inputs are digested before and after the baseline's call instead); the float64
   reference of the checks (``reference``) moves to the host, where memory is larger

@@ -72,10 +72,23 @@ class Replicates:
         self.findings: List[Finding] = []
         self.tel = _telemetry(device, first.gpu)
         self.logs: Dict[str, List[Any]] = {}
+        #: Each case's block requests as the parent's clock saw them, over its processes.
+        self.clock: Dict[str, List[Any]] = {}
         #: Whether the first pair closes with its replicate (no end-to-end workload to run).
         self.first_goes_early = first.isolated and lm.manifest.end_to_end is None
         #: A replicate's pair started early (:meth:`start_early`): (replicate, why not forked, pair).
         self._spare: Optional[Tuple[int, Optional[str], Pair]] = None
+
+    def clock_findings(self) -> List[Finding]:
+        """The parent's clock against the candidate's own figures, each case over all its
+        processes' requests (:mod:`.outside_clock`); its figures go in the evidence."""
+        from .outside_clock import clock_figures, clock_findings
+
+        out: List[Finding] = []
+        for case, rows in self.clock.items():
+            self.first.evidence.setdefault("outside_clock", {})[case] = clock_figures(rows)
+            out += clock_findings(case, rows)
+        return out
 
     def open(self, r: int) -> "_Replicate":
         if r == 0:
@@ -182,7 +195,13 @@ class _Replicate:
 
     def finish(self, case: str) -> None:
         o = self.owner
-        o.findings += self._sides.pop(case).finish(trim=not self.closes_after(case))
+        sides = self._sides.pop(case)
+        o.findings += sides.finish(trim=not self.closes_after(case))
+        if sides.clock_judged:  # the parent's clock judges a case over all its processes' requests
+            o.clock.setdefault(case, []).extend(sides.clock)
+        commits = o.first.evidence.setdefault("commitments", {}).setdefault(case, {})
+        for k, v in sides.commit_counts.items():
+            commits[k] = commits.get(k, 0) + v
         if self.r > 0:  # the run's evidence is the first pair's: each side's CPU account and watch join it
             mine = self.pair.evidence.get("resources", {}).get(case, {})
             into = o.first.evidence.setdefault("resources", {}).setdefault(case, {})

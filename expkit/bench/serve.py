@@ -62,6 +62,7 @@ class Server:
             "call": lambda m: self.side.call() or {},
             "block": self._block,
             "recheck": self._recheck,
+            "reveal": lambda m: self.side.reveal(int(m["block"]), int(m["call"])),
             "finish_case": self._finish_case,
             "model_oracles": self._model_oracles,
             "end_to_end": self._end_to_end,
@@ -96,15 +97,21 @@ class Server:
         return reply
 
     def _block(self, m: Mapping[str, Any]) -> Dict[str, Any]:
-        """One timed block, or with ``items`` ([number, recheck] each) several of this side's
-        in a row: one round trip, and the checks after the calls once, after the last."""
+        """One timed block, or with ``items`` ([number, seed] each) several of this side's
+        in a row: one round trip, and the checks after the calls once, after the last. The
+        outputs the last request committed are dropped first (the parent has picked)."""
         items = m.get("items")
         if self.guard is not None:
             self.guard.restore()
+        case = self.side.case
+        if case is not None and case.commits is not None:
+            case.commits.open_request()
         if items is None:
-            return self._guarded(self.side.block(int(m["number"]), m.get("recheck")))
+            seed = m.get("seed")
+            return self._guarded(self.side.block(int(m["number"]), None if seed is None else int(seed)))
         opened, last = opening(self.side.defended), len(items) - 1
-        blocks = [self.side.block(int(n), r, opened=opened, last=i == last) for i, (n, r) in enumerate(items)]
+        blocks = [self.side.block(int(n), None if r is None else int(r), opened=opened, last=i == last)
+                  for i, (n, r) in enumerate(items)]
         self._guarded(blocks[-1])
         return {"blocks": blocks}
 
@@ -213,9 +220,13 @@ class Server:
         torch.cuda.empty_cache()
 
     def _recheck(self, m: Mapping[str, Any]) -> Dict[str, Any]:
+        """A picked call of the candidate's, judged on the inputs this worker rebuilds for it
+        (the candidate's block seed and the call's place in its block, both the parent's)."""
         case = self.side.case
-        template = case.fresh.sets[0] if case is not None else ()
-        found = self._judge().recheck(m["case"], m["kept"], template)
+        if case is None:
+            raise UnknownRequest("recheck outside a case")
+        args = case.inputs_of(int(m["seed"]), int(m["call"]))
+        found = self._judge().recheck(m["case"], m["kept"], args)
         return {"findings": [asdict(f) for f in found]}
 
     def _model_oracles(self, m: Mapping[str, Any]) -> Dict[str, Any]:

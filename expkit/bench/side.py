@@ -21,11 +21,14 @@ descriptors (:mod:`.transport`). The requests, by phase:
   for the ``uninitialised`` diagnosis), ``profile`` (one warm call under the profiler,
   the trace as plain data);
 * measurement: ``prepare`` (input sets for a case, by the memory plan), ``warm_up``,
-  ``call``, ``block`` (one timed block, with fresh inputs before each call and, when
-  the parent asks, one call kept for the recheck and exported), ``finish_case``;
+  ``call``, ``block`` (one timed block, fresh inputs before each call, every output
+  committed), ``reveal`` (a call the parent picked, exported), ``finish_case``;
 * memory: ``probe`` (one plain call: input, output and peak bytes, free memory).
 
-The baseline's process also answers the judging requests of :mod:`.judge`."""
+The baseline's process also answers the judging requests of :mod:`.judge`.
+
+Size: the requests and :class:`CaseState`, whose hooks are the timed path of ``block``
+(fresh inputs, the commitments outside the timed spans), read best together."""
 
 from __future__ import annotations
 
@@ -45,6 +48,7 @@ from ..core.findings import WARNING, Finding
 from ..manifest.settings import Settings
 from .block_checks import after_block, opening, started_at_import
 from .clock import CLOCK
+from .commit import COMMIT_BYTES, Commitments
 from .fallback import ExceptionWitness, candidate_files
 from .fresh import FreshInputs
 from .ledger import Laps
@@ -54,9 +58,6 @@ from .transport import Exporter, collect_sent, structure
 
 BASELINE, CANDIDATE = "baseline", "candidate"
 ROLES = (BASELINE, CANDIDATE)
-
-#: ``block(recheck=LAST_CALL)``: keep whichever call of the block runs last.
-LAST_CALL = -1
 
 #: Every expkit module a side may use (relative to ``expkit``), imported before the
 #: snapshot so that it covers them.
@@ -310,23 +311,21 @@ class SideBench:
         self.case.before()
         self.case.call()
 
-    def block(self, number: int, recheck: Optional[int] = None, *, opened: Any = None,
+    def block(self, number: int, seed: Optional[int] = None, *, opened: Any = None,
               last: bool = True) -> Dict[str, Any]:
         """Time ``number`` calls and check them; plain data for the parent. Blocks of one
         request share ``opened`` (:func:`.block_checks.opening`), checked after the ``last``.
 
-        The reply accounts for the worker's wall time in parts, each on the harness's
-        clock: ``timed`` (the calls), ``untimed`` (fresh inputs and per-call checks
-        between the calls), ``checks`` (before and after); the parent holds their sum
-        and ``wall`` against its own clock. With ``recheck``, call number ``recheck``
-        keeps a pristine copy of its inputs and its output, exported as ``kept``;
-        ``LAST_CALL`` keeps whichever call runs last, on its inputs as they are (a
-        timer may call more than ``number`` times: tests/test_recheck.py)."""
+        The reply's parts of the worker's wall time: ``timed`` (the calls), ``untimed``
+        (fresh inputs, per-call checks), ``checks`` (before and after), ``commit`` (the
+        digests), held by the parent against its clock (:mod:`.outside_clock`). ``seed``:
+        the block's salts, from the parent. ``commits``: every call's output digested as
+        the block ends (:mod:`.commit`), before the parent picks which to check."""
         cs = self.case
         assert cs is not None
         w0 = CLOCK()
         before, children = opened or opening(self.defended) or (None, frozenset())
-        cs.begin(recheck)
+        cs.begin(seed)
         if cs.account is not None:
             settle(cs.account.reader)  # the harness's own OpenMP pool, still spinning, is not the side's
             cs.account.begin()
@@ -339,35 +338,36 @@ class SideBench:
         if untimed is None:  # the GPU timer: host and device overlap, so the rest of the span is untimed
             untimed = max(0.0, (s1 - s0) - timed)
         found: List[Finding] = [used] if used is not None else []
+        c0 = CLOCK()
+        if cs.committing:
+            cs.commit_pending()
+        commits = cs.commits.seal() if cs.committing and cs.commits is not None else None
+        s2 = CLOCK()
         if before is not None and last:  # threads, child processes, tamper (.block_checks)
             found += after_block(self, cs, before, children)
-        kept = None
-        if cs.kept is not None:
-            out, pristine = cs.kept
-            cs.kept = None
-            defect = preflight.output_defects(out, cs.args, (), harness=cs.owned())
-            if defect:
-                found.append(Finding("recheck", False, f"a timed call's output: {defect}", cs.name))
-            else:
-                tensors = [t for t in pristine if _is_tensor(t)]
-                kept = {"inputs": self.exporter.export(tensors), "outputs": self.exporter.export(
-                    list(oracles.flatten(out))), "positions": [i for i, a in enumerate(pristine) if _is_tensor(a)],
-                    "structure": structure(out)}
-                cs.keep_alive = (out, pristine)
         fresh = cs.unreported(found)
         c1 = CLOCK()
         timing = getattr(cs.timer, "last_timing", None)
         return {"seconds": per_call, "number": number, "timed": timed, "untimed": untimed, "recheck": 0.0,
-                "checks": (s0 - w0) + (c1 - s1), "wall": c1 - w0, "t0": w0, "t1": c1, "method": cs.timer.method,
-                "timing": timing.to_dict() if timing is not None else None,
-                "findings": [asdict(f) for f in fresh], "kept": kept, "launches": getattr(cs.timer, "last_launches", None)}
+                "checks": (s0 - w0) + (c1 - s1) - (s2 - c0), "commit": s2 - c0, "wall": c1 - w0, "t0": w0, "t1": c1,
+                "method": cs.timer.method, "timing": timing.to_dict() if timing is not None else None,
+                "findings": [asdict(f) for f in fresh], "commits": commits,
+                "launches": getattr(cs.timer, "last_launches", None)}
+
+    def reveal(self, block: int, call: int) -> Dict[str, Any]:
+        """Export a call of the last block request, which the parent picked after the reply."""
+        cs = self.case
+        out = cs.commits.output(block, call) if cs is not None and cs.commits is not None else None
+        defect = preflight.output_defects(out, cs.args, (), harness=cs.owned()) if out is not None else None
+        if out is None or defect:
+            return {"missing": True} if out is None else {"defect": defect}
+        return {"outputs": self.exporter.export(list(oracles.flatten(out))), "structure": structure(out)}
 
     def release(self) -> None:
         """Drop exported copies (the judge has closed its views); keep placed input sets."""
         keep: List[Any] = []
         if self.case is not None:
             keep = [t for s in self.case.fresh.sets for t in s]
-            self.case.keep_alive = None
         self.exporter.release_exports(keep=keep)
         collect_sent()
 
@@ -408,14 +408,12 @@ class CaseState:
         rebuild = lambda seed: bench.inputs(case.params, seed)  # noqa: E731
         mode = s.defences.fresh if bench.defended else "off"
         self.fresh = FreshInputs(sets, mode, random.Random(salt_seed), rebuild)
-        self.keep_pristine = keep_pristine
         self.args: Tuple[Any, ...] = ()
-        self.keep_at: Optional[int] = None
-        self.calls = 0
-        self.kept: Optional[Tuple[Any, Tuple[Any, ...]]] = None  # (output, pristine inputs)
-        self.keep_alive: Any = None
-        self._pristine: Optional[Tuple[Any, ...]] = None
-        self._threads = 0
+        self.calls = self._threads = 0
+        #: Each call's output, committed (:mod:`.commit`); one a block where the memory plan has no room.
+        self.commits = Commitments(COMMIT_BYTES if keep_pristine else 0) if bench.defended else None
+        self.committing = False
+        self.pending: Optional[Tuple[int, Any]] = None  # (call, output) not yet committed
         self.leaked_threads = 0
         self.pool_threads = 0  # new parked threads excused so far (block_checks.after_block)
         self.reported: set = set()
@@ -428,6 +426,15 @@ class CaseState:
         self.account = (ResourceAccount(s.measure.cpu_threads, role=bench.role, case=case.name)
                         if device == "cpu" and bench.defended else None)
         self.call = self._make_call()
+
+    def inputs_of(self, seed: int, call: int) -> Tuple[Any, ...]:
+        """The inputs call ``call`` of a block seeded ``seed`` had in either side's worker
+        (same sets, salts from ``seed``: :meth:`.fresh.FreshInputs.replay`); a warm GPU
+        block refreshes once, so every call had the first's."""
+        f = self.fresh
+        takes = call + 1 if self.per_call_hook else 1
+        return FreshInputs.replay(f.sets if f.mode != "regenerate" else f._initial, f.mode, seed, takes,
+                                  undo=f._log if f.mode == "salt" else (), rebuild=f.rebuild)
 
     def close(self) -> None:
         """The timer's blocks are done (its recorder keeps CUPTI's kinds enabled until then)."""
@@ -450,33 +457,49 @@ class CaseState:
         if n > self._threads:
             self.leaked_threads += 1
         self._threads = n
-        keep = self.calls == self.keep_at
-        self.args, self._pristine = self.fresh.take(keep and self.keep_pristine)
-        if keep and not self.keep_pristine:
-            self._pristine = self.args  # the memory plan has no room for a copy: see memory.py
+        self.commit_pending()
+        self.args, _ = self.fresh.take()
 
     def after(self) -> None:
+        self.commit_pending()
         n = thread_count()
         self.leaked_threads += n > self._threads
         self._threads = n  # counted once: the next call's before() starts from this count
+
+    def commit_pending(self) -> None:
+        """The last call's output to the commitments, outside the timed span (a CPU call's
+        ``after``; a cold GPU call's is the next one's ``before``, or the block's end). Held,
+        not copied: a copy cost 190-330 us a call of a 384 KiB output on the loaded 2-core
+        machine, as much as the parent's clock must resolve (:mod:`.outside_clock`)."""
+        if self.pending is not None:
+            call, out = self.pending
+            self.pending = None
+            self.commits.keep(call, out, copy=False)  # type: ignore[union-attr]
 
     def _make_call(self) -> Callable[[], None]:
         fn = self.bench.fn
 
         def call() -> None:
-            if self.keep_at == LAST_CALL:  # the last call's output only: never two alive
-                self.kept = None
             out = fn(*self.args)
-            if self.calls == self.keep_at or self.keep_at == LAST_CALL:
-                self.kept = (out, self._pristine or self.args)
+            if self.committing:  # inside the timed span: a reference only (a warm GPU block's is kept)
+                if self.per_call_hook:
+                    self.pending = (self.calls, out)
+                else:
+                    self.commits.keep(self.calls, out, copy=False)  # type: ignore[union-attr]
             self.calls += 1
         return call
 
-    def begin(self, keep_at: Optional[int]) -> None:
-        self.keep_at, self.calls, self.kept = keep_at, 0, None
+    def begin(self, seed: Optional[int]) -> None:
+        """A block's start, its salts from ``seed`` (None: warm-up and plain calls, not committed)."""
+        self.calls, self.pending = 0, None
+        self.committing = seed is not None and self.commits is not None
+        if seed is not None:
+            self.fresh.begin_block(seed)
+            if self.commits is not None:
+                self.commits.open_block()
         self._threads = thread_count()
         if not self.per_call_hook:
-            self.args, self._pristine = self.fresh.take(keep_at is not None and self.keep_pristine)
+            self.args, _ = self.fresh.take()
 
     def warm_up(self, seconds: float) -> None:
         self.begin(None)

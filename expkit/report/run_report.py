@@ -166,7 +166,35 @@ def _defences(result: Mapping[str, Any]) -> Optional[str]:
     bits += [f"{k}: {v}" for k, v in d.items() if k != "enabled" and isinstance(v, (str, int, float, bool))]
     if "confinement" in d:
         bits.append(_confinement(d["confinement"]))
+    if d.get("commitments"):
+        bits.append(_commitments(d["commitments"]))
+    if d.get("outside_clock"):
+        bits.append(_outside_clock(d["outside_clock"]))
     return cell("; ".join(bits))
+
+
+def _commitments(per_case: Mapping[str, Any]) -> str:
+    """The late pick (``bench/commit.py``): how many of the candidate's timed calls could be
+    picked for the recheck, and what the memory plan's reservoir left out."""
+    calls = sum(int(c.get("calls", 0)) for c in per_case.values())
+    held = sum(int(c.get("held", 0)) for c in per_case.values())
+    reservoir = sum(int(c.get("reservoir", 0)) for c in per_case.values())
+    text = f"{held} of the candidate's {calls} timed calls committed before the recheck's pick"
+    if reservoir:
+        text += (f" ({reservoir} blocks held fewer outputs than calls, the memory plan's limit: a call not held "
+                 "could not be picked)")
+    return text
+
+
+def _outside_clock(per_case: Mapping[str, Any]) -> str:
+    """The parent's clock against the candidate's own figures (``bench/outside_clock.py``)."""
+    judged = {k: v for k, v in per_case.items() if "excess_s" in v}
+    if not judged:
+        return "the parent's clock had too few requests to judge the candidate's figures"
+    worst = max(judged.items(), key=lambda kv: kv[1]["excess_s"] - kv[1]["allowed_s"])
+    return (f"the parent's clock bounded the candidate's timed figures in {len(judged)} case(s) (closest: "
+            f"{worst[0]}, {worst[1]['excess_s'] * 1e3:.3g} ms a request unexplained beyond the baseline's, "
+            f"{worst[1]['allowed_s'] * 1e3:.3g} ms allowed)")
 
 
 def _confinement(c: Optional[Mapping[str, Any]]) -> str:

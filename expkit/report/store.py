@@ -42,6 +42,11 @@ result.json history (``schema_version``):
        (every round lost a side to the telemetry's flags), case -> why. Such a case is
        judged ``inconclusive`` with that reason (``verdict.rules.decide``) and listed in the
        report's table. Upgrading a 4 sets it to ``{}``: before 5 such a case was left out.
+       Also new in 5, optional: ``defences.commitments`` (per case: the candidate's judged
+       blocks, those that held a reservoir, calls run and outputs held for the late pick,
+       ``bench/commit.py``) and ``defences.outside_clock`` (per case: the parent's clock
+       against the candidate's figures, ``bench/outside_clock.py``; absent on a GPU or
+       undefended run, where nothing was bounded).
 samples.csv history (column ``schema_version``):
   1 -- case, side, round, position, number, seconds, t_start, t_end, flagged.
   2 -- adds call_seconds (the call's CUDA-event time beside ``seconds`` when ``seconds``

@@ -80,6 +80,16 @@ BAD: Dict[str, Tuple[str, FrozenSet[str], str]] = {
     "stdlib_times": ("invalid", frozenset({"tamper"}), "c"),
     "stdlib_calls": ("invalid", frozenset({"tamper"}), "c"),
     "stdlib_reach": ("invalid", frozenset({"tamper"}), "c"),
+    # Issue #49: cheats written from expkit's source that read or change the harness's own
+    # objects in their worker (adv_adaptive.py). The late pick catches those whose outputs
+    # are wrong on calls they believe unchecked (every call is committed before the parent
+    # picks, and the picked call's inputs are rebuilt by the baseline's worker); the parent's
+    # clock catches those whose outputs are right but whose reported time is not.
+    "adaptive_frame_peek": ("invalid", frozenset({"recheck"}), "c"),
+    "adaptive_gc_peek": ("invalid", frozenset({"recheck"}), "c"),
+    "adaptive_fewer_calls": ("invalid", frozenset({"recheck"}), "c"),
+    "adaptive_untimed_work": ("invalid", frozenset({"timer"}), "c"),
+    "adaptive_reply_forger": ("invalid", frozenset({"timer"}), "c"),
 }
 
 #: Cheats that use more cores than measure.cpu_threads allows (checks/activity.py's
@@ -125,7 +135,9 @@ HONEST = ("honest_gemv", "honest_threaded", "honest_chatty", "honest_out_buffer"
           # issue #13: sums in other orders, shares ops with the baseline's insides, a pool and a
           # workspace of its own, compiled code; default oracle unless the manifest says otherwise
           "honest_issue_matmul", "honest_blocked", "honest_split_k", "honest_rowsum", "honest_own_pool",
-          "honest_workspace", "honest_compiled")
+          "honest_workspace", "honest_compiled",
+          # issue #49: the adaptive cheats' control, the same product every call
+          "honest_adaptive")
 #: Runs whose verdict is asserted beyond "no alarm" (see the tests below).
 OTHER = ("baseline_patch",)
 
@@ -538,8 +550,10 @@ GPU_BAD: Dict[str, Tuple[str, FrozenSet[str]]] = {
     "launch_profiler_aware": ("invalid", frozenset({"launches"})),
     "launch_forged_grid": ("invalid", frozenset({"tamper"})),
     "launch_stopped_recorder": ("invalid", frozenset({"launches"})),
+    # issue #49: the H200 cheat that read the kept call from its caller's frames
+    "adaptive_frame_peek": ("invalid", frozenset({"recheck"})),
 }
-GPU_HONEST = ("honest_graph", "honest_joined_stream")
+GPU_HONEST = ("honest_graph", "honest_joined_stream", "honest_adaptive")
 #: As NEEDS: the stop tests the watch, unconfined.
 GPU_NEEDS = {"sibling_stop": UNCONFINED + UNFROZEN}
 

@@ -1,0 +1,131 @@
+"""The parent's clock and the late pick, with seeded fakes (issue #49).
+
+A candidate's worker reports its own timed seconds, its call count and which outputs it
+committed; the candidate's code shares that worker's interpreter, so each figure is the
+candidate's to change. These tests drive the parent's side alone: the outside clock
+(:mod:`expkit.bench.outside_clock`) against requests whose figures were moved, and the
+late pick (:meth:`expkit.bench.case_sides.CaseSides._judge_block`) against commitments
+that skip calls or hold fewer outputs than fit."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+from expkit.bench.case_sides import CaseSides
+from expkit.bench.envelope import RecheckPolicy
+from expkit.bench.outside_clock import RequestClock, clock_figures, clock_findings
+from expkit.manifest.settings import DefenceSettings
+
+
+def requests(side: str, n: int, rng: random.Random, *, timed: float = 0.004, calls: int = 16,
+             harness_per_call: float = 2e-6, moved: float = 0.0, burst: float = 0.006) -> list:
+    """``n`` requests of one side on a loaded host: a fixed cost, and a wake-up burst in a
+    third of them. ``moved``: the share of the timed seconds the reply no longer reports."""
+    out = []
+    for _ in range(n):
+        lag = 0.0008 + (burst * rng.random() if rng.random() < 0.33 else 0.0002 * rng.random())
+        envelope = timed + calls * harness_per_call + lag
+        out.append(RequestClock(side, envelope, timed * (1 - moved), calls, calls * harness_per_call
+                                + timed * moved))
+    return out
+
+
+def test_honest_sides_on_a_loaded_host_raise_nothing():
+    for seed in range(20):
+        rng = random.Random(seed)
+        rows = requests("baseline", 30, rng) + requests("candidate", 30, rng, timed=0.002, calls=32)
+        assert clock_findings("c", rows) == [], (seed, clock_figures(rows))
+
+
+def test_time_moved_out_of_the_reported_timed_part_is_invalid_with_both_figures():
+    rng = random.Random(1)
+    rows = requests("baseline", 30, rng) + requests("candidate", 30, rng, moved=0.43)
+    (f,) = clock_findings("c", rows)
+    assert f.check == "timer" and f.invalidates and f.figure > f.threshold
+    # both figures: what the worker reported and what the parent's clock left unexplained
+    assert "reported 0.00228 s of timed calls" in f.message and "more unexplained than the baseline's" in f.message
+
+
+def test_the_candidates_own_account_of_its_harness_work_is_not_believed():
+    """The moved seconds are reported as harness work: the floor comes from the baseline."""
+    rng = random.Random(2)
+    rows = requests("baseline", 30, rng) + requests("candidate", 30, rng, moved=0.5)
+    figs = clock_figures(rows)
+    assert abs(figs["floor_per_call_s"] - 2e-6) < 1e-9  # the baseline's, not the candidate's 2e-6 + 0.002/16
+    assert clock_findings("c", rows)
+
+
+def test_a_few_requests_say_nothing():
+    rng = random.Random(3)
+    rows = requests("baseline", 4, rng) + requests("candidate", 4, rng, moved=0.9)
+    assert clock_findings("c", rows) == [] and "excess_s" not in clock_figures(rows)
+
+
+class _Endpoint:
+    def __init__(self, replies):
+        self.replies, self.asked = replies, []
+
+    def request(self, op, **kw):
+        self.asked.append((op, kw))
+        return self.replies(op, kw)
+
+
+def _sides(reveal, recheck_findings=()):
+    cs = object.__new__(CaseSides)
+    cs.case = "c"
+    cs.freeze = None
+    cs._fits = None
+    cs.commit_counts = {"blocks": 0, "reservoir": 0, "calls": 0, "held": 0}
+    cs.timer = SimpleNamespace(policy=RecheckPolicy(DefenceSettings(min_rechecks=10), random.Random(0)))
+    cand = _Endpoint(lambda op, kw: reveal(kw) if op == "reveal" else {})
+    base = _Endpoint(lambda op, kw: {"findings": list(recheck_findings)})
+    cs.pair = SimpleNamespace(c=cand, b=base)
+    return cs, cand, base
+
+
+def _commits(calls, held=None, digest="d"):
+    held = calls if held is None else held
+    return {"seed": 5, "calls": calls, "held": held, "fits": 100, "kept": [[i, digest] for i in range(held)]}
+
+
+def test_picks_are_made_after_the_reply_among_the_committed_calls_and_rechecked_with_the_block_seed():
+    cs, cand, base = _sides(lambda kw: {"outputs": ["o"], "structure": None})
+    rep = {"wall": 0.01, "findings": []}
+    cs._judge_block(rep, 0, 8, seed=1234, commits=_commits(8))
+    reveals = [kw for op, kw in cand.asked if op == "reveal"]
+    rechecks = [kw for op, kw in base.asked if op == "recheck"]
+    assert len(reveals) == 2 and all(0 <= kw["call"] < 8 and kw["block"] == 0 for kw in reveals)
+    assert [kw["call"] for kw in rechecks] == [kw["call"] for kw in reveals]
+    assert all(kw["seed"] == 1234 and kw["kept"]["digest"] == "d" and kw["kept"]["seed"] == 5 for kw in rechecks)
+    assert rep["findings"] == [] and rep["recheck"] > 0
+
+
+def test_a_block_that_committed_fewer_calls_than_asked_is_caught():
+    cs, _, _ = _sides(lambda kw: {"outputs": ["o"], "structure": None})
+    rep = {"wall": 0.01, "findings": []}
+    cs._judge_block(rep, 0, 16, seed=1, commits=_commits(8))
+    assert [f["check"] for f in rep["findings"]] == ["recheck"] and "asked for 16 calls committed 8" in \
+        rep["findings"][0]["message"]
+
+
+def test_a_worker_that_holds_fewer_outputs_than_the_baselines_fit_is_caught():
+    cs, _, _ = _sides(lambda kw: {"outputs": ["o"], "structure": None})
+    cs._fits = 32
+    rep = {"wall": 0.01, "findings": []}
+    cs._judge_block(rep, 0, 16, seed=1, commits=_commits(16, held=4))
+    assert any("held 4 outputs" in f["message"] for f in rep["findings"])
+    # the memory plan's reservoir, where the baseline's worker holds no more either, is no finding
+    cs2, _, _ = _sides(lambda kw: {"outputs": ["o"], "structure": None})
+    cs2._fits = 4
+    rep2 = {"wall": 0.01, "findings": []}
+    cs2._judge_block(rep2, 0, 16, seed=1, commits=_commits(16, held=4))
+    assert rep2["findings"] == [] and cs2.commit_counts["reservoir"] == 1
+
+
+def test_a_picked_call_the_worker_cannot_show_is_caught():
+    cs, _, base = _sides(lambda kw: {"missing": True})
+    rep = {"wall": 0.01, "findings": []}
+    cs._judge_block(rep, 0, 8, seed=1, commits=_commits(8))
+    assert rep["findings"] and all(f["check"] == "recheck" for f in rep["findings"])
+    assert not [op for op, _ in base.asked if op == "recheck"]
