@@ -59,7 +59,7 @@ if os.environ.get("EXPKIT_DEBUG_BLOCKS"):
     _count = [0]
     from expkit.timing import cupti_recorder as _cr
 
-    _push, _requested = _cr.CuptiRecorder.push, _cr.CuptiRecorder._requested
+    _push, _callbacks = _cr.CuptiRecorder.push, _cr._callbacks  # a recorder binds its callbacks when built
     _start = _cr.CuptiRecorder.start
     _marks = {"first_push": 0, "buffers": 0, "buffer_s": 0.0, "start_s": 0.0, "record_s": 0.0, "records": 0}
 
@@ -96,16 +96,21 @@ if os.environ.get("EXPKIT_DEBUG_BLOCKS"):
             _marks["first_push"] = self._timestamp()
         return _push(self, tag)
 
-    def _counted_requested(self):
-        t = time.perf_counter()
-        try:
-            return _requested(self)
-        finally:
-            _marks["buffers"] += 1
-            _marks["buffer_s"] += time.perf_counter() - t
+    def _counted_callbacks(*args, **kwargs):
+        requested, completed = _callbacks(*args, **kwargs)
+
+        def counted():
+            t = time.perf_counter()
+            try:
+                return requested()
+            finally:
+                _marks["buffers"] += 1
+                _marks["buffer_s"] += time.perf_counter() - t
+
+        return counted, completed
 
     _cr.CuptiRecorder.push = _marked_push
-    _cr.CuptiRecorder._requested = _counted_requested
+    _cr._callbacks = _counted_callbacks
 
     def _logged_sample(self, fn, number):
         pre = 0.0

@@ -52,8 +52,9 @@ def test_the_hook_logs_each_block_of_a_timer(tmp_path, monkeypatch):
     monkeypatch.setattr(cuda_timer.CudaTimer, "sample", sample)
     from expkit.timing import cupti_recorder
 
-    for name in ("push", "_requested", "start"):
+    for name in ("push", "start"):
         monkeypatch.setattr(cupti_recorder.CuptiRecorder, name, getattr(cupti_recorder.CuptiRecorder, name))
+    monkeypatch.setattr(cupti_recorder, "_callbacks", cupti_recorder._callbacks)
     import torch
 
     monkeypatch.setattr(torch.cuda.Event, "record", torch.cuda.Event.record)

@@ -9,9 +9,12 @@ import time
 import pytest
 
 from expkit.checks import interference
-from expkit.checks.interference import IDLE_CORES_LIMIT, IDLE_MIN_NS, INTERFERENCE, WorkerWatch
+from expkit.checks.interference import IDLE_CORES_LIMIT, IDLE_MIN_NS, INTERFERENCE, WorkerWatch, read_priority
 
 ROLES = {"b": "baseline", "c": "candidate"}
+#: The fake pids 1 and 2 are real processes of the host, whose priority is not the test's:
+#: these tests fake it as the run's own (the priority rule has tests of its own below).
+SAME = lambda pid: read_priority(0)  # noqa: E731
 
 
 class Clocks:
@@ -33,7 +36,7 @@ def _timed(w: WorkerWatch, clocks: Clocks, side: str, wall_ns: int, other_ns: in
 
 def test_the_other_worker_computing_while_a_side_is_timed_is_named_with_its_figures():
     clocks = Clocks()
-    w = WorkerWatch({"b": 1, "c": 2}, read=clocks.read, events=lambda pid: None)
+    w = WorkerWatch({"b": 1, "c": 2}, priority=SAME, read=clocks.read, events=lambda pid: None)
     for _ in range(10):
         _timed(w, clocks, "b", 4_000_000, 2_000_000)  # the candidate at half a core beside the baseline
         _timed(w, clocks, "c", 4_000_000, 10_000)     # the baseline waits
@@ -49,7 +52,7 @@ def test_the_other_worker_computing_while_a_side_is_timed_is_named_with_its_figu
 ])
 def test_a_waiting_worker_raises_no_alarm(other_ns, wall_ns):
     clocks = Clocks()
-    w = WorkerWatch({"b": 1, "c": 2}, read=clocks.read, events=lambda pid: None)
+    w = WorkerWatch({"b": 1, "c": 2}, priority=SAME, read=clocks.read, events=lambda pid: None)
     _timed(w, clocks, "b", wall_ns, other_ns)
     assert w.findings("k", ROLES) == []
 
@@ -61,7 +64,7 @@ def test_an_idle_workers_own_pool_may_spin_up_to_its_threads_but_one():
     assert interference.pool_cores(1) == 0.0 and interference.pool_cores(2) == 1.0 and interference.pool_cores(0) == 0.0
     assert interference.pool_cores(None) == float(max(0, (os.cpu_count() or 1) - 1))
     clocks = Clocks()
-    w = WorkerWatch({"b": 1, "c": 2}, read=clocks.read, events=lambda pid: None, pool_cores=1.0)
+    w = WorkerWatch({"b": 1, "c": 2}, priority=SAME, read=clocks.read, events=lambda pid: None, pool_cores=1.0)
     _timed(w, clocks, "b", 40_000_000, 36_000_000)  # 0.9 cores: its pool's spin
     assert w.findings("k", ROLES) == []
     _timed(w, clocks, "b", 40_000_000, 56_000_000)  # 1.4 cores: more than a spinning pool
@@ -72,7 +75,7 @@ def test_an_idle_workers_own_pool_may_spin_up_to_its_threads_but_one():
 
 def test_a_worker_that_is_gone_is_not_judged():
     clocks = Clocks()
-    w = WorkerWatch({"b": 1, "c": 2}, read=clocks.read, events=lambda pid: None)
+    w = WorkerWatch({"b": 1, "c": 2}, priority=SAME, read=clocks.read, events=lambda pid: None)
     w.before("b", 0)
     del clocks.ns[2]
     w.after(10_000_000)
@@ -81,7 +84,7 @@ def test_a_worker_that_is_gone_is_not_judged():
 
 def test_a_stop_is_reported_for_the_side_stopped_and_a_worker_not_ours_as_unwatched():
     events = {1: "continued", 2: "unwatched"}
-    w = WorkerWatch({"b": 1, "c": 2}, read=lambda pid: 0, events=events.get)
+    w = WorkerWatch({"b": 1, "c": 2}, priority=SAME, read=lambda pid: 0, events=events.get)
     got = w.findings("k", ROLES)
     assert len(got) == 1 and got[0].check == INTERFERENCE and "the baseline's worker was stopped" in got[0].message
     assert w.unwatched == {"c"}
@@ -131,7 +134,7 @@ def test_a_process_that_is_not_our_child_is_unwatched():
 def test_a_gpu_runs_watch_reads_no_cpu_clock_but_sees_stops():
     """A GPU worker's driver and CUPTI threads work between its requests: only stops count."""
     read = []
-    w = WorkerWatch({"b": 1, "c": 2}, cpu=False, read=lambda pid: read.append(pid) or 0,
+    w = WorkerWatch({"b": 1, "c": 2}, priority=SAME, cpu=False, read=lambda pid: read.append(pid) or 0,
                   events={2: "stopped"}.get)
     w.before("b", 0)
     w.after(50_000_000)
@@ -143,7 +146,7 @@ def test_a_gpu_runs_watch_reads_no_cpu_clock_but_sees_stops():
 def test_the_sigcont_a_worker_counts_reaches_the_verdict_where_waitid_cannot():
     """A worker from the fork server is not the parent's child: only its own count of the
     SIGCONT that ended each stop tells (the sibling_stop cheat on the H100 host)."""
-    w = WorkerWatch({"b": 1, "c": 2}, read=lambda pid: 0, events=lambda pid: "unwatched")
+    w = WorkerWatch({"b": 1, "c": 2}, priority=SAME, read=lambda pid: 0, events=lambda pid: "unwatched")
     got = w.findings("k", ROLES, {"b": 3, "c": 0})
     assert len(got) == 1 and "the baseline's worker was stopped during the case (it was continued 3 time(s))" \
         in got[0].message, got
