@@ -22,6 +22,7 @@ from .blas import worker_scipy_threads
 from .channel import HEADER, KEY_LEN, MAGIC, Channel, ChannelError, read_exact
 from .confine import confine
 from .cores import current as current_cores
+from .inductor import compile_in_process
 from .lifetime import become_subreaper, die_with_parent
 from .memory import PROC_FILES
 
@@ -119,6 +120,7 @@ def worker_main(req: Any, rep: Any, manifest_path: str, settings: Any, device: s
     die_with_parent()  # a worker left stopped by a parent that was killed does not outlive it
     count_continues()  # each stop of this worker, whoever sent it (checks.interference)
     steady_allocator()
+    compile_in_process()  # torch.compile leaves no compile pool running after a call (.inductor)
     worker_scipy_threads(settings.measure.cpu_threads)  # the parent loaded scipy's BLAS on one thread (.blas)
     _release_inherited()
     sys.stdout.flush()
