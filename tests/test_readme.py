@@ -42,7 +42,7 @@ def _walkthrough_commands() -> list[str]:
 def _run(command: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
     """Runs a README command as shown, the virtual environment it names being this test's own."""
     expkit = f"{BIN}/expkit" if (BIN / "expkit").exists() else f"{sys.executable} -m expkit"  # not installed: on the path
-    line = command.replace(".venv/bin/expkit", expkit).replace(".venv/bin/", f"{BIN}/")
+    line = " ".join(expkit if w == ".venv/bin/expkit" else w.replace(".venv/bin/", f"{BIN}/") for w in command.split(" "))
     return subprocess.run(["bash", "-c", line], cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
