@@ -43,6 +43,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 #: Bytes of outputs a side keeps for its commitments (its last block request's).
 COMMIT_BYTES = 1 << 29
+#: Outputs up to this size are copied when their call returns, larger ones held: a copy is a
+#: commitment no later write can change, and lets the next call reuse the freed memory.
+COPY_BYTES = 1 << 16
 #: The operating system's randomness, bound at import (before any code under test).
 _SYSTEM_RANDOM = secrets.SystemRandom()
 #: Elements of each output tensor a digest reads (all of a smaller one), in runs of ``RUN``
@@ -168,14 +171,14 @@ def _copy(out: Any) -> Any:
     return out
 
 
-def _nbytes(out: Any) -> int:
+def nbytes(out: Any) -> int:
     """Bytes of an output's tensors (a tensor, or nested tuples/lists/dicts of them)."""
     if hasattr(out, "element_size"):
         return int(out.numel() * out.element_size())
     if isinstance(out, (tuple, list)):
-        return sum(_nbytes(o) for o in out)
+        return sum(nbytes(o) for o in out)
     if isinstance(out, dict):
-        return sum(_nbytes(o) for o in out.values())
+        return sum(nbytes(o) for o in out.values())
     return 0
 
 
@@ -210,7 +213,7 @@ class Commitments:
             out = _copy(out)
         kept = self.blocks[-1]
         self._calls += 1
-        size = _nbytes(out)
+        size = nbytes(out)
         self._each = max(self._each, size)
         if not self._slots and (self._bytes + size <= self.capacity or not kept):
             kept[call] = out

@@ -48,7 +48,7 @@ from ..core.findings import WARNING, Finding
 from ..manifest.settings import Settings
 from .block_checks import after_block, opening, started_at_import
 from .clock import CLOCK
-from .commit import COMMIT_BYTES, Commitments
+from .commit import COMMIT_BYTES, COPY_BYTES, Commitments, nbytes
 from .fallback import ExceptionWitness, candidate_files
 from .fresh import FreshInputs
 from .ledger import Laps
@@ -468,13 +468,14 @@ class CaseState:
 
     def commit_pending(self) -> None:
         """The last call's output to the commitments, outside the timed span (a CPU call's
-        ``after``; a cold GPU call's is the next one's ``before``, or the block's end). Held,
-        not copied: a copy cost 190-330 us a call of a 384 KiB output on the loaded 2-core
-        machine, as much as the parent's clock must resolve (:mod:`.outside_clock`)."""
+        ``after``; a cold GPU call's is the next one's ``before``, or the block's end). A small
+        output is copied (:data:`.commit.COPY_BYTES`): held, each call of a tiny op wrote to
+        memory no earlier call freed, and processes disagreed by more than their noise. A large
+        one is held: a copy cost as much as the parent's clock must resolve."""
         if self.pending is not None:
             call, out = self.pending
             self.pending = None
-            self.commits.keep(call, out, copy=False)  # type: ignore[union-attr]
+            self.commits.keep(call, out, copy=nbytes(out) <= COPY_BYTES)  # type: ignore[union-attr]
 
     def _make_call(self) -> Callable[[], None]:
         fn = self.bench.fn
