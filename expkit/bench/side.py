@@ -469,9 +469,9 @@ class CaseState:
     def commit_pending(self) -> None:
         """The last call's output to the commitments, outside the timed span (a CPU call's
         ``after``; a cold GPU call's is the next one's ``before``, or the block's end). A small
-        CPU output is copied (:data:`.commit.COPY_BYTES`; on a GPU a copy is a kernel between calls): held, each call of a tiny op wrote to
-        memory no earlier call freed, and processes disagreed by more than their noise. A large
-        one is held: a copy cost as much as the parent's clock must resolve."""
+        CPU output is copied (:data:`.commit.COPY_BYTES`): held, each call of a tiny op wrote
+        to memory no earlier call freed, and processes disagreed by more than their noise. A
+        large one, and any on a GPU (a copy there is a kernel between calls), is held."""
         if self.pending is not None:
             call, out = self.pending
             self.pending = None
