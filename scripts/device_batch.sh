@@ -7,6 +7,7 @@
 # kb-audit: KernelBench level 1 at original sizes from .kernelbench/ (git-ignored; carry it), an
 # identity per problem and, for problems up to KB_FULL (default 10), a torch.compile and a wrong one,
 # audited over AUDIT_GPUS for at most KB_AUDIT_SECONDS; the report is written from the records it has.
+# KB_FROM (default 1): the first problem audited (an audit split over device calls).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -28,6 +29,10 @@ for step in $steps; do
       for f in /tmp/kb/runs/own/level_1_problem_*_sample_[12]_kernel.py; do
         p=${f##*problem_}; p=${p%%_*}
         [ "$p" -gt "${KB_FULL:-10}" ] && rm "$f"
+      done
+      for f in /tmp/kb/runs/own/level_1_problem_*_kernel.py; do
+        p=${f##*problem_}; p=${p%%_*}
+        [ "$p" -lt "${KB_FROM:-1}" ] && rm "$f"
       done
       CUDA_VISIBLE_DEVICES=${AUDIT_GPUS:-0} timeout "${KB_AUDIT_SECONDS:-480}" python3 -m expkit audit /tmp/kb/runs/own \
         --problems .kernelbench/KernelBench --allow-baseline-ops --timeout 180 --out /tmp/batch/kb-audit --quiet \

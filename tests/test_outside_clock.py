@@ -129,3 +129,19 @@ def test_a_picked_call_the_worker_cannot_show_is_caught():
     cs._judge_block(rep, 0, 8, seed=1, commits=_commits(8))
     assert rep["findings"] and all(f["check"] == "recheck" for f in rep["findings"])
     assert not [op for op, _ in base.asked if op == "recheck"]
+
+
+def test_a_baseline_of_many_short_calls_a_request_is_read_by_its_own_account():
+    """A baseline of hundreds of calls a request whose harness work a call varies from request
+    to request (a loaded host): read through the mean floor, its fixed part swung by the
+    floor's error times its calls and an honest candidate of fewer, longer calls was
+    ``invalid`` (``evidence/usability/busy-host-suite/``). Its own account holds."""
+    for seed in range(20):
+        rng = random.Random(seed)
+        rows = []
+        for _ in range(40):
+            per_call = 20e-6 * (0.6 + 0.8 * rng.random())
+            rows.append(RequestClock("baseline", 0.0028 + 512 * per_call + 0.0008, 0.0028, 512, 512 * per_call))
+            rows.append(RequestClock("candidate", 0.003 + 64 * 20e-6 * (0.6 + 0.8 * rng.random()) + 0.0008,
+                                     0.003, 64, 64 * 20e-6))
+        assert clock_findings("c", rows) == [], (seed, clock_figures(rows))

@@ -28,6 +28,13 @@ from .side import BASELINE, CANDIDATE
 from .trial import findings_of as _findings
 
 
+def _harness(rep: Dict[str, Any]) -> float:
+    """A block's per-call harness seconds as its worker accounts them: its calls' spans and
+    commitments beyond the timed calls (the fresh inputs, the per-call hooks, the loop
+    around the calls and the digests), that is its wall time less its checks and calls."""
+    return max(0.0, float(rep["wall"]) - float(rep.get("checks", 0.0)) - float(rep["timed"]))
+
+
 class CaseSides:
     """One case's two sides for the measurement loop, and the parent's timer over them.
 
@@ -130,7 +137,7 @@ class CaseSides:
             if all(j for _, j in group):
                 self.clock.append(RequestClock(side, got - sent, sum(float(r["timed"]) for r in reps),
                                                sum(n for n, _ in items),
-                                               sum(float(r["untimed"]) + float(r.get("commit", 0.0)) for r in reps)))
+                                               sum(_harness(r) for r in reps)))
             for pos, ((number, seed), (_, judged), rep) in enumerate(zip(items, group, reps)):
                 rep["findings"] = list(rep.get("findings", ())) + launch_findings(self.launches, side, rep)
                 commits = rep.pop("commits", None)

@@ -372,10 +372,13 @@ def test_honest_candidates_on_two_threads_raise_no_alarm(name, freeze, tmp_path)
     `invalid` (`interference`, 0.43 and 0.58 cores of the idle worker) before the watch
     allowed an idle pool its spin (evidence/defences/confine/README.md). With the
     freeze the idle worker is stopped and spins nothing, and the allowance is not given;
-    without it, the allowance is what keeps them clear."""
+    without it, the allowance is what keeps them clear. On a busy host the product's
+    contract (:func:`alarms`): ``honest_blocked`` read 13.6x beside one busy process, its
+    baseline's pool of two slowed by the wait, and the plausibility warning that names the
+    busy host (a ``contention`` finding measured the wait) is no alarm."""
     out = run(name, tmp_path, "measure.cpu_threads=2", f"defences.freeze={freeze}")
-    alarms = [(c["check"], c["message"]) for c in out.result["checks"] if not c["ok"] and c["check"] in DEFENCE_CHECKS]
-    assert not alarms, alarms
+    found = [(c, m) for c, m in alarms(out.result) if c in DEFENCE_CHECKS]
+    assert not found, found
     assert out.verdict != "invalid", out.result["reasons"]
 
 
