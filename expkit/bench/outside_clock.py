@@ -24,9 +24,8 @@ with the baseline's floor instead of their own account; each candidate request's
 
 and an honest candidate's gap is the same fixed part. The baseline's fixed part is its
 own figure, not one rebuilt from the floor: a baseline of hundreds of short calls a
-request made the floor's error hundreds of times over, and on a loaded 2-core host its
-quartile swung from -1.9 ms to +3.6 ms between runs of one honest pair, which twice made
-an honest candidate ``invalid`` (``evidence/usability/busy-host-suite/``).
+request made the floor's error hundreds of times over, which on a loaded 2-core host
+made an honest candidate ``invalid`` (``evidence/usability/busy-host-suite/``).
 
 Wake-ups come in bursts on a loaded host and only ever add time, while time a reply no
 longer reports is missing from every request, so the two sides are compared by the lower
@@ -37,10 +36,10 @@ timed seconds a request) + HARNESS_REL x its median calibrated harness seconds a
 request`` reported less time than the parent's clock allows, and the run is ``invalid``
 with both figures in the reason. The last term is the calibration's own error: an
 honest candidate's own garbage and its effect on the caches land in the harness's part.
-Beside one busy process on the 2-core host the honest candidates of the adversarial
-suite and the ``1_leaky_relu_where`` test pair left at most 0.41 of their calibrated
-harness seconds unexplained, and the two cheats that move time out of their calls well
-over the margin (``evidence/defences/outside-clock-load/``). So the clock resolves what
+On the 2-core host, quiet and beside one busy process, the honest candidates of the
+adversarial suite and the ``1_leaky_relu_where`` test pair reached at most 0.44 of this
+margin, and the two cheats that move time out of their calls 1.95 times it or more
+(``evidence/defences/outside-clock-load/``). So the clock resolves what
 was moved out of calls that dominate their requests, not out of calls no longer than the
 harness's work around them (``evidence/defences/adaptive-cheats.md``).
 
