@@ -32,9 +32,8 @@ from .core.findings import WARNING, Finding
 from .core.version import __version__
 from .manifest.spec import LoadedManifest, load as load_manifest
 from .manifest.settings import Settings, load_settings
-from .verdict.load import apply_load, load_findings
-from .verdict.rules import INCONCLUSIVE, INVALID, Verdict, decide, inconclusive_when, noted
-from .verdict.plausibility import apply_plausibility, plausibility
+from .verdict import pipeline
+from .verdict.rules import INCONCLUSIVE, INVALID, Verdict
 
 
 @dataclass(frozen=True)
@@ -206,25 +205,14 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
     shared = share_findings(pair.evidence.get("resources", {}), settings.measure.cpu_threads)  # more threads, busy host
     findings += shared
     claims = {c.name: m.claimed(c) for c in m.cases}
-    budget = {name: cs.budget_spent for name, cs in measured.items()}
-    v = decide(findings, estimates, claims, m.claim.tolerance, budget, m.aggregate, unmeasured)
-    busy = {f.case for f in waited if f.case}  # the cases timed while other work held the cores
-    loaded = load_findings(v, estimates, pair.evidence.get("resources", {}), busy=busy)
-    findings += loaded  # a verdict the host's load could explain (verdict/load.py)
-    v = inconclusive_when(apply_load(v, loaded, m.aggregate), shared)
-    if settings.defences.enabled:
-        plausible = plausibility(m, estimates, (env.get("gpu") or {}).get("name"), settings.defences,
-                                 busy=busy)
-        findings += plausible
-        v = apply_plausibility(v, plausible)
-    if e2e is not None:  # a claim that names the workload is judged on it too (workload.judge.apply)
-        from .workload.judge import apply
-
-        v = apply(v, e2e)
-    unnamed = unidentified(m.expect, device == "cuda")  # no expect.must_run: say the kernel was never identified
-    if unnamed is not None:
-        findings.append(unnamed)
-        v = noted(v, [unnamed])
+    v, added = pipeline.judge(pipeline.Evidence(
+        findings=tuple(findings), estimates=estimates, claims=claims, tolerance=m.claim.tolerance,
+        aggregate=m.aggregate, budget={name: cs.budget_spent for name, cs in measured.items()},
+        unmeasured=dict(unmeasured), resources=pair.evidence.get("resources", {}),
+        busy=frozenset(f.case for f in waited if f.case), shared=tuple(shared), manifest=m,
+        gpu_name=(env.get("gpu") or {}).get("name"), defences=settings.defences if settings.defences.enabled else None,
+        end_to_end=e2e, unidentified=unidentified(m.expect, device == "cuda")))
+    findings += added  # the host-load and plausibility warnings, the identity note (verdict/pipeline.py)
     wall = time.perf_counter() - t_start
     result = _result(lm, settings, v, findings, pre, estimates, measured, claims, env, run_seed, started, wall,
                      _cost(wall, device, env, settings), telemetry_note)

@@ -6,6 +6,7 @@
 * :mod:`.load` -- a verdict the host's load could explain (a ``contention`` warning's case judged
   again with each side's wait for a CPU taken out).
 * :mod:`.plausibility` -- speedups nobody should believe without a second look.
+* :mod:`.pipeline` -- the run's verdict as one ordered list of rules over what was found.
 * :mod:`.roofline`, :mod:`.savings` -- what a measured time means against the device's
   peak, and what a speedup is worth; pure over values stored in ``result.json``.
 * :mod:`.wording` -- the words a report may use for a number, by the evidence behind it.

@@ -5,7 +5,8 @@ workload's outputs, profile, evidence and timed blocks, and returns plain data; 
 is made and turns the raw samples into an estimate, a prediction and a comparison. Like
 the kernel's, the workload's statistics are the parent's own. When the claim names the
 workload (``end_to_end.claim``), its interval is judged like a case
-(``verdict.judge_case``) and :func:`apply` lets a refuted workload refute the run.
+(``verdict.judge_case``) and :func:`expkit.verdict.pipeline.end_to_end` lets a refuted workload
+refute the run.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..core.findings import WARNING, Finding
 from ..verdict import stats
-from ..verdict.rules import INCONCLUSIVE, INVALID, REFUTED, SUPPORTED, Verdict, judge_case
+from ..verdict.rules import judge_case
 from .prediction import Agreement, Interval, Prediction, compare, predict
 
 
@@ -129,22 +130,3 @@ def judge(lm: Any, collected: Optional[Mapping[str, Any]], estimates: Mapping[st
                           stopped=collected.get("stopped", ""), samples={"baseline": tuple(b), "candidate": tuple(c)},
                           prediction=prediction, agreement=agreement, judged=judged, findings=tuple(findings),
                           evidence=evidence)
-
-
-def apply(verdict: Any, result: EndToEndResult) -> Any:
-    """The run's verdict once the workload is held against a claim that names it.
-
-    Invalid stays invalid. Otherwise the worse of the kernel's verdict and the
-    workload's (refuted > inconclusive > supported), the workload's reason first where
-    it decided or shares the outcome. Without a claim on the workload: unchanged."""
-    if verdict.verdict == INVALID or result.judged is None:
-        return verdict
-    words = (verdict.verdict, result.judged.verdict)
-    overall = REFUTED if REFUTED in words else INCONCLUSIVE if INCONCLUSIVE in words else SUPPORTED
-    label = f" ({result.agreement.label})" if result.agreement is not None and result.agreement.short else ""
-    mine = f"end_to_end [workload {result.name}]{label}: {result.judged.reason}"
-    if result.judged.verdict == overall:
-        reasons = (mine,) + tuple(verdict.reasons)
-    else:
-        reasons = tuple(verdict.reasons) + (mine,)
-    return Verdict(overall, reasons, verdict.cases)

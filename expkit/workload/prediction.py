@@ -34,7 +34,7 @@ Only an interval falling short counts; a point estimate below the prediction ins
 overlapping intervals does not. When the claim names the workload
 (``end_to_end.claim``), the workload's interval is judged against that figure like a
 case (``verdict.judge_case``), and a refuted workload refutes the run
-(:func:`.judge.apply`).
+(:func:`expkit.verdict.pipeline.end_to_end`).
 """
 
 from __future__ import annotations
