@@ -33,6 +33,17 @@ def test_consecutive_blocks_of_a_side_are_one_request_whichever_calls_are_checke
     assert runs_by_side([]) == []
 
 
+def test_where_one_output_fills_the_commitments_a_request_carries_one_block():
+    """Each block's committed outputs are held until the next request: with outputs of a
+    GiB, a request of two blocks held two of them beside the one being made (4.1 GiB at
+    the peak of a 1 GiB elementwise case on an H200, tests/gpu/test_gpu_memory.py)."""
+    plan = [("b", 4, True), ("c", 4, True), ("c", 8, True), ("c", 2, False), ("b", 4, True)]
+    assert runs_by_side(plan, 1) == [("b", [(4, True)]), ("c", [(4, True)]), ("c", [(8, True)]),
+                                     ("c", [(2, False)]), ("b", [(4, True)])]
+    assert runs_by_side(plan, 2) == [("b", [(4, True)]), ("c", [(4, True), (8, True)]), ("c", [(2, False)]),
+                                     ("b", [(4, True)])]
+
+
 def _server(fn, monkeypatch, calls):
     def counted(*a, **k):
         calls.append(1)

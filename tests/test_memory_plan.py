@@ -193,3 +193,15 @@ def test_no_trial_holds_the_previous_trials_tensors_unless_the_plan_says_so(tmp_
         assert max(cand[2:]) == first[0] + 2, cand
     else:
         assert max(cand[2:]) <= first[0] and max(base[2:]) <= first[1], (cand, base)
+
+
+def test_while_timed_each_side_is_projected_to_hold_a_committed_output_beside_the_one_being_made():
+    """The parent picks the calls to re-check after a block's reply (bench/commit.py), so
+    each side holds one committed output while its next call makes another: a 1 GiB
+    elementwise case peaked at 4.1 GiB a worker on an H200 before a request carried one
+    block where one output fills the commitments (tests/gpu/test_gpu_memory.py)."""
+    from expkit.bench.memory import _project
+
+    gib = 1 << 30
+    p = {"input_bytes": gib, "output_bytes": gib, "peak_bytes": 2 * gib}
+    assert _project(p, 1, False, False, False, False) == 2 * (gib + 2 * gib)

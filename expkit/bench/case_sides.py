@@ -117,7 +117,12 @@ class CaseSides:
         blocks = []
         wall = latency = 0.0
         watch, freeze = self.watch, self.freeze
-        for side, group in runs_by_side(requests):
+        # A worker holds each block's committed outputs until the next request (the parent
+        # picks after the reply), so where one output fills the commitments' capacity (the
+        # baseline's ``fits``, unknown before its first reply) a request carries one block:
+        # its worker then holds one committed output beside the one its call is making.
+        most = 1 if self.pair.settings.defences.enabled and (self._fits is None or self._fits <= 1) else None
+        for side, group in runs_by_side(requests, most):
             if freeze is not None:
                 freeze.quiet(side)
             items = [(n, secrets.randbits(63)) for n, _ in group]
@@ -229,12 +234,13 @@ class CaseSides:
         return self.pair.device == "cpu" and self.pair.isolated and self.pair.settings.defences.enabled
 
 
-def runs_by_side(requests: Sequence[Tuple[str, int, bool]]) -> List[Tuple[str, List[Tuple[int, bool]]]]:
+def runs_by_side(requests: Sequence[Tuple[str, int, bool]],
+                 most: Optional[int] = None) -> List[Tuple[str, List[Tuple[int, bool]]]]:
     """The loop's blocks in order, consecutive blocks of one side as one request: (side,
-    [(number, judged), ...])."""
+    [(number, judged), ...]); ``most``: at most this many blocks a request."""
     out: List[Tuple[str, List[Tuple[int, bool]]]] = []
     for side, number, judged in requests:
-        if not out or out[-1][0] != side:
+        if not out or out[-1][0] != side or (most is not None and len(out[-1][1]) >= most):
             out.append((side, []))
         out[-1][1].append((int(number), bool(judged)))
     return out

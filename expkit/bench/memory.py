@@ -22,7 +22,8 @@ memory free. :func:`plan` then decides, from those figures alone:
   (``hold_previous``), room for a block's outputs, held until the parent has picked
   the calls to re-check (``keep_pristine``, named for the inputs' copy it held before:
   without it a block holds a reservoir of one output, drawn after each call; with it up
-  to ``bench.commit.COMMIT_BYTES`` a block, which this plan does not count), the
+  to ``bench.commit.COMMIT_BYTES`` a block, of which this plan counts one output a side
+  beside the one being made), the
   baseline's own copy of the trial's inputs (``clone_for_baseline``: without it the
   inputs are digested before and after the baseline's call instead); the float64
   reference of the checks (``reference``) moves to the host, where memory is larger
@@ -254,7 +255,9 @@ def _project(p: Mapping[str, int], sets: int, hold: bool, keep: bool, clone: boo
     temp = max(0, p["peak_bytes"] - i - o)
     baseline = i * (2 if clone else 1) + o + temp + (3 * (i + o) if ref_on_device else 0)
     candidate = i + o + temp + ((i + o) if hold else 0)
-    timing = 2 * (sets * i + o + temp) + ((i + o) if keep else 0)
+    # While timed, each side holds a committed output beside the one its call is making
+    # (bench/commit.py: the parent picks after the reply), hence two outputs a side.
+    timing = 2 * (sets * i + 2 * o + temp) + ((i + o) if keep else 0)
     return max(baseline + candidate, timing)
 
 

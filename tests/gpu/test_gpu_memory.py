@@ -109,13 +109,17 @@ def test_the_candidates_exported_tensors_are_freed_once_the_judge_is_done(elemen
     assert reqs["trial_inputs"]["count"] >= 2
     assert reqs["trial_inputs"]["held_allocated"] <= 2.5 * gib, reqs["trial_inputs"]
     assert reqs["prepare"]["held_allocated"] < 0.5 * gib, reqs["prepare"]
-    # One input set (1 GiB) and one output (1 GiB) at a time while timed.
-    assert reqs["block"]["peak_allocated"] <= 2.5 * gib, reqs["block"]
+    # One input set (1 GiB), the committed output and the one being made (1 GiB each) while
+    # timed: the parent picks the call to re-check after the reply (bench/commit.py).
+    assert reqs["block"]["peak_allocated"] <= 3.5 * gib, reqs["block"]
 
 
-def test_a_timed_block_reserves_no_more_than_one_input_set_and_one_output(elementwise_run):
-    """While timed, each side's worker holds one input set (1 GiB) and one output (1 GiB)
-    and reserves no more. Before the CUDA timer made its L2 flush buffer with the timer,
+def test_a_timed_block_reserves_no_more_than_one_input_set_and_two_outputs(elementwise_run):
+    """While timed, each side's worker holds one input set (1 GiB), the output it committed
+    and the one its call is making (1 GiB each), and reserves no more: the parent picks the
+    call to re-check after the reply, so a committed output stays until the next request,
+    and a request carries one block where one output fills the commitments (a request of
+    two blocks peaked at 4.1 GiB on an H200). Before the CUDA timer made its L2 flush buffer with the timer,
     each side of KernelBench's 6 GiB sigmoid reserved 18 GiB in its blocks where at most
     12 were allocated (on an H100), and an 18 GiB elementwise case ran out of memory while
     timed (the test below)."""
@@ -123,7 +127,7 @@ def test_a_timed_block_reserves_no_more_than_one_input_set_and_one_output(elemen
     gib = 1 << 30
     for role in ("baseline", "candidate"):
         block = result["memory"]["measured"][role]["requests"]["block"]
-        assert block["peak_reserved"] <= 2.5 * gib, (role, block)
+        assert block["peak_reserved"] <= 3.5 * gib, (role, block)
 
 
 def test_a_problem_whose_plain_call_needs_over_30_gib_runs_to_a_verdict(tmp_path):
