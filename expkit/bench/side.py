@@ -343,6 +343,12 @@ class SideBench:
             cs.commit_pending()
         commits = cs.commits.seal() if cs.committing and cs.commits is not None else None
         s2 = CLOCK()
+        if commits is not None and self.role != CANDIDATE:
+            # Only the candidate's calls are ever picked: the baseline's worker digests its
+            # outputs like the candidate's (the parent's clock calibrates on that work) and
+            # drops them now, outside the digests' time as the candidate's drop is, so a
+            # recheck's rebuilt inputs and reference are all it holds beside its input sets.
+            cs.commits.open_request()
         if before is not None and last:  # threads, child processes, tamper (.block_checks)
             found += after_block(self, cs, before, children)
         fresh = cs.unreported(found)
