@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from expkit.bench.in_process import collect_in_process as collect
+from expkit.bench.sides.in_process import collect_in_process as collect
 from expkit.workload.collect import WallTimer, isolation_findings
 from expkit.workload.compile import compile_stats, dynamo_snapshot
 from expkit.verdict.pipeline import end_to_end as apply

@@ -23,7 +23,7 @@ from expkit.core.errors import ConfigError, ExpkitError
 from expkit.suites.launchers import LocalLauncher, visible_gpus
 from expkit.manifest.settings import LauncherSettings
 from expkit.suites.suite import Row, exit_code, expand, is_suite, run_suite
-from expkit.bench.diagnose import diagnose
+from expkit.bench.processes.diagnose import diagnose
 from expkit.suites.worker import Job, Outcome
 
 ROOT = Path(__file__).parent.parent

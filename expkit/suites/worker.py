@@ -59,8 +59,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
-from ..bench.diagnose import diagnose
-from ..bench.lifetime import die_with_parent
+from ..bench.processes.diagnose import diagnose
+from ..bench.processes.lifetime import die_with_parent
 
 JOB = "job.json"
 WORKER = "worker.json"  # how the worker ended: its run time, exit code, GPU, the supervisor's wall time
@@ -77,7 +77,7 @@ DONE, ERROR_STATUS = "done", "error"
 #: its thread pool there, and forks of the server run torch ops normally (as torch's
 #: DataLoader workers, forks of a process that imported torch, do).
 PRELOAD = ("torch", "expkit.runner", "expkit.checks.trace", "expkit.checks.expectations", "expkit.report",
-           "expkit.manifest.kernelbench", "expkit.bench.endpoint", "expkit.report.plots",
+           "expkit.manifest.kernelbench", "expkit.bench.sides.endpoint", "expkit.report.plots",
            "expkit.verdict.roofline", "expkit.verdict.savings", "hydra", "omegaconf", "hydra.compose", "pandas",
            "matplotlib.pyplot")
 
@@ -158,7 +158,7 @@ def _redirect(run_dir: Path) -> None:
 def worker_overrides(job: Job) -> Tuple[str, ...]:
     """The job's overrides, plus ``defences.start_method=fork`` for a CPU manifest.
 
-    The runner runs the code under test in a process of its own (``bench/endpoint.py``). Its
+    The runner runs the code under test in a process of its own (``bench/sides/endpoint.py``). Its
     default start, a fork server that imports torch, costs seconds; a plain fork costs
     milliseconds and is safe from a worker like this one, which has imported torch
     but run no torch op, started no thread and not touched CUDA. GPU manifests keep
@@ -235,7 +235,7 @@ def _release_forkserver() -> None:
     outlive a killed suite. The attribute is CPython's (3.8 to 3.13); where it is
     missing nothing is closed and the worker ends at its own time limit only.
     """
-    from ..bench.worker import release_forkserver_pipe
+    from ..bench.sides.worker import release_forkserver_pipe
 
     release_forkserver_pipe()
 

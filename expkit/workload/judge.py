@@ -1,6 +1,6 @@
 """The parent's half of the workload comparison: raw samples in, estimate, prediction and verdict out.
 
-:func:`expkit.bench.workload_side.collect_pair` asks each side's worker for its
+:func:`expkit.bench.sides.workload_pair.collect_pair` asks each side's worker for its
 workload's outputs, profile, evidence and timed blocks, and returns plain data; :func:`judge` runs where the verdict
 is made and turns the raw samples into an estimate, a prediction and a comparison. Like
 the kernel's, the workload's statistics are the parent's own. When the claim names the
