@@ -42,7 +42,7 @@ def _manifest(name: str, scratch: Path) -> Path:
     if name == "1_leaky_relu_where":
         made = scratch / "kb" / f"{name}.yaml"
         if not made.is_file():
-            from expkit.suites import kernelbench as kbi
+            from expkit.suites import kernelbench_import as kbi
 
             kbi.write_manifests(ROOT / "tests" / "data" / "kernelbench", scratch / "kb", device="cpu")
         return made

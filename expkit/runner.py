@@ -269,7 +269,7 @@ def write_invalid_run(path: str | Path, out_dir: Path, finding: Finding, overrid
                       started: str, wall: float) -> RunOutcome:
     """Write ``result.json`` and ``report.md`` for a run that died before writing its own.
 
-    A suite (``suites/worker.py``) calls this when a manifest's worker process crashed, hung or
+    A suite (``suites/manifest_process.py``) calls this when a manifest's worker process crashed, hung or
     was killed: the verdict is ``invalid`` with ``finding`` as its reason, in the same
     schema :func:`run_manifest` writes, so session and compare renderers read it like
     any other run. The environment is the worker's ``env.json`` where it got that far;
@@ -336,7 +336,7 @@ def _end_to_end(lm: LoadedManifest, pair: Any, settings: Settings, run_seed: int
     timing are not spent on a kernel that failed its seconds of checks."""
     if lm.manifest.end_to_end is None:
         return None
-    from .workload.judge import judge
+    from .workload.assess import judge
 
     bad = next((f for f in findings if f.invalidates), None)
     if bad is not None:

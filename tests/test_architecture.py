@@ -104,7 +104,7 @@ def test_module_paths_written_as_strings_import():
     snapshot name modules by string; a name left behind by a move would fail silently."""
     from expkit.bench.sides.side import HARNESS_MODULES
     from expkit.bench.sides.preload import GPU_PRELOAD, PRELOAD as BENCH_PRELOAD
-    from expkit.suites.worker import PRELOAD as SUITE_PRELOAD
+    from expkit.suites.manifest_process import PRELOAD as SUITE_PRELOAD
 
     names = [f"expkit.{m}" for m in HARNESS_MODULES] + [m for m in (*BENCH_PRELOAD, *GPU_PRELOAD, *SUITE_PRELOAD)
                                                          if m.startswith("expkit")]

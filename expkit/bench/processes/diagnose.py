@@ -6,7 +6,7 @@ caught it in (from a ``faulthandler`` dump; where the innermost frame is library
 the innermost frame of the user's own code too), the last exception line of a worker
 that exited, and the last CUDA error line, which names a fault better than the signal
 does. Used for the bench's isolated worker (:mod:`..sides.endpoint`) and for a suite's
-workers (:mod:`expkit.suites.worker`).
+workers (:mod:`expkit.suites.manifest_process`).
 """
 
 from __future__ import annotations

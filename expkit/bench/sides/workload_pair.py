@@ -4,7 +4,7 @@
 swapped in), has the baseline's process judge the candidate's final outputs, profiles
 and observes each side alone, checks that the candidate's workload ran the candidate,
 then times both, interleaved, with the micro-benchmark's measurement loop. It returns
-the plain data :func:`expkit.workload.judge.judge` turns into the estimate and the
+the plain data :func:`expkit.workload.assess.judge` turns into the estimate and the
 comparison. The worker's half is :mod:`.workload_side`.
 
 Each side in its own process also ends a confound the one-process collection had to

@@ -1,6 +1,6 @@
 """One manifest in its own process, and the supervisor that watches it.
 
-``python -m expkit.suites.worker RUN_DIR`` runs the job described by ``RUN_DIR/job.json``
+``python -m expkit.suites.manifest_process RUN_DIR`` runs the job described by ``RUN_DIR/job.json``
 (a manifest, its overrides, its GPU) into ``RUN_DIR``, exactly as ``expkit run
 MANIFEST --out RUN_DIR`` would; its stdout and stderr go to ``worker.stdout`` and
 ``worker.stderr`` there. The parent never reads the worker's output as data: the
@@ -37,7 +37,7 @@ Two ways to start a worker (``launcher.start``):
     touches CUDA, so forking it is safe and each child can still choose its GPU
     through ``CUDA_VISIBLE_DEVICES``.
 ``spawn``
-    ``python -m expkit.suites.worker RUN_DIR`` in a fresh interpreter: slower, shares
+    ``python -m expkit.suites.manifest_process RUN_DIR`` in a fresh interpreter: slower, shares
     nothing, and what a SLURM job runs (:mod:`expkit.suites.launchers`).
 
 Each worker runs in its own process group and is killed with it (a worker that
@@ -257,10 +257,10 @@ def _forked_main(job_json: str) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m expkit.suites.worker RUN_DIR``: run RUN_DIR/job.json (stdio already redirected)."""
+    """``python -m expkit.suites.manifest_process RUN_DIR``: run RUN_DIR/job.json (stdio already redirected)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) != 1:
-        print("usage: python -m expkit.suites.worker RUN_DIR   (RUN_DIR holds job.json)", file=sys.stderr)
+        print("usage: python -m expkit.suites.manifest_process RUN_DIR   (RUN_DIR holds job.json)", file=sys.stderr)
         return 2
     die_with_parent()
     return run_job(Job.read(Path(argv[0])))
@@ -316,8 +316,8 @@ class _Proc:
             pkg_root = str(Path(__file__).resolve().parents[2])  # the folder holding the expkit package
             env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
             with open(run_dir / STDOUT, "ab") as out, open(run_dir / STDERR, "ab") as err:
-                self.p = subprocess.Popen([sys.executable, "-m", "expkit.suites.worker", str(run_dir)], stdout=out,
-                                          stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=job.cwd,
+                self.p = subprocess.Popen([sys.executable, "-m", "expkit.suites.manifest_process", str(run_dir)],
+                                          stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=job.cwd,
                                           start_new_session=True)
             self.pid = self.p.pid
         else:
