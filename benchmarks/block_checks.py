@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "manifests/examples/cpu/honest-win.yaml"
 
-#: (label, owner, attribute): what is wrapped. ``owner``: a class of ``expkit.bench.side``,
+#: (label, owner, attribute): what is wrapped. ``owner``: a class of ``expkit.bench.sides.side``,
 #: or ``side`` / ``block_checks``, the module whose namespace the caller looks the name up in.
 WRAPPED = [
     ("block (whole request)", "SideBench", "block"),
@@ -67,7 +67,7 @@ def _wrap(owner: Any, attr: str, label: str, acc: Dict[str, float], cnt: collect
 
 def _hot_loop(n: int = 200) -> Dict[str, float]:
     """Seconds per call of the snapshots in a hot loop, on a side built in this process."""
-    from expkit.bench.side import BASELINE, SideBench
+    from expkit.bench.sides.side import BASELINE, SideBench
     from expkit.checks.global_state import snapshot_state
     from expkit.manifest.settings import Settings
     from expkit.manifest.spec import load
@@ -92,7 +92,8 @@ def main(argv: List[str]) -> int:
     args = argv[:argv.index("--")] if "--" in argv else argv
     manifest = Path(args[0]) if args else DEFAULT
     sys.path.insert(0, str(ROOT))
-    from expkit.bench import block_checks as BC, side as S
+    from expkit.bench.defences import block_checks as BC
+    from expkit.bench.sides import side as S
     from expkit.runner import run_manifest
 
     dump = Path(tempfile.mkdtemp(prefix="block-checks-"))
@@ -113,7 +114,7 @@ def main(argv: List[str]) -> int:
     S.SideBench.close = close_and_dump
     # In this process: each block request's wait beyond the worker's own account of it
     # (the channel and the wake-ups), and the replicates' pairs opened and closed.
-    from expkit.bench import endpoint as E, pair as P, replicates as R
+    from expkit.bench.sides import endpoint as E, pair as P, replicates as R
 
     beyond: List[float] = []
     pairs: Dict[str, List[float]] = {"open": [], "close": []}

@@ -7,7 +7,7 @@ Usage::
 
 A parent and a forked child exchange one request and one reply per round, through two
 pipes, three ways: bare bytes (``os.write`` / ``os.read``), and expkit's authenticated
-:class:`~expkit.bench.channel.Channel` with a block request and a reply the size of a
+:class:`~expkit.bench.processes.channel.Channel` with a block request and a reply the size of a
 block's (JSON, HMAC-SHA256). ``--busy-us`` makes the child spin that long between
 request and reply (a timed block's length; 0 for none), so that the round trip is read
 as the harness sees it: the parent asleep in ``read`` while the child works, then woken.
@@ -16,7 +16,7 @@ spin, and that median as a share of the spin: the part of a block's wall time th
 parent-worker round trip alone costs, before any check. Issue 13's cost target (5% of
 ``honest-win``'s 2 ms blocks at ``quick``) is to be read against it. ``--pinned`` puts both
 processes on one core (the highest-numbered), as a CPU run's relay does
-(``defences.pin_cores``, ``bench/cores.py``).
+(``defences.pin_cores``, ``bench/processes/cores.py``).
 """
 
 from __future__ import annotations
@@ -46,15 +46,15 @@ def spin(us: float) -> None:
 
 def _pin(pinned: bool) -> object:
     """This process on the highest-numbered of its cores, through the relay's own
-    :func:`expkit.bench.cores.pin`; what :func:`_unpin` needs to give them back."""
-    from expkit.bench import cores
+    :func:`expkit.bench.processes.cores.pin`; what :func:`_unpin` needs to give them back."""
+    from expkit.bench.processes import cores
 
     had = cores.current() if pinned else None
     return cores.pin(frozenset({max(had)})) if had else None
 
 
 def _unpin(had: object) -> None:
-    from expkit.bench import cores
+    from expkit.bench.processes import cores
 
     cores.unpin(had)  # type: ignore[arg-type]
 
@@ -86,7 +86,7 @@ def bare(rounds: int, busy_us: float, pinned: bool = False) -> list:
 
 
 def framed(rounds: int, busy_us: float, pinned: bool = False) -> list:
-    from expkit.bench.channel import Channel
+    from expkit.bench.processes.channel import Channel
 
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()

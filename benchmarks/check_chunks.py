@@ -16,7 +16,7 @@ float64 reference ``r``, two ways:
 
 and beside them one plain call of an elementwise op on the same input (``x * 2``), the
 unit the harness's own costs are held against. The host allocator's thresholds are set
-as in expkit's workers first (``bench/allocator.steady``): without them glibc gives the
+as in expkit's workers first (``bench/processes/allocator.steady``): without them glibc gives the
 top of the heap back after each chunk of a few MiB and faults it in again for the next.
 Timings are noisy on shared machines: compare the rows of one run.
 """
@@ -29,7 +29,7 @@ from typing import Callable, List
 
 import torch
 
-from expkit.bench.allocator import steady
+from expkit.bench.processes.allocator import steady
 from expkit.checks.chunks import CHUNK, HOST_CHUNK, max_abs_diff
 
 

@@ -87,7 +87,7 @@ def micro() -> List[Dict[str, Any]]:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from expkit.bench import tamper
+    from expkit.bench.defences import tamper
     from expkit.checks import activity, global_state, oracles, recording, rounding, trace
     from expkit.manifest.spec import Oracle
 
@@ -128,11 +128,11 @@ def micro() -> List[Dict[str, Any]]:
         trace.parse_chrome_trace(recording.exported(prof, cuda=False))
 
     rows.append(("identity: the same without them (before)", "", _per_call(plain, 3)))
-    # Per timed call (the defended CPU loop, bench/side.py CaseState.before/after): twice a call.
+    # Per timed call (the defended CPU loop, bench/sides/side.py CaseState.before/after): twice a call.
     import random
     import threading
 
-    from expkit.bench.fresh import FreshInputs
+    from expkit.bench.defences.fresh import FreshInputs
 
     gemv = FreshInputs([(torch.randn(64, 128, generator=g), torch.randn(128, generator=g))], "salt",
                        random.Random(0))

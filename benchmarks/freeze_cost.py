@@ -1,6 +1,6 @@
 """What the freeze costs: the other side's worker stopped while a side's blocks are timed.
 
-``defences.freeze`` (``expkit/bench/freeze.py``) stops the idle worker before each block
+``defences.freeze`` (``expkit/bench/defences/freeze.py``) stops the idle worker before each block
 request of the other side and continues it before its own. This runs a manifest at a
 pinned budget (``measure=quick measure.max_seconds=S measure.target_ci=0``) with the
 freeze on and off, alternating, at each ``measure.cpu_threads`` asked for, each run a
@@ -32,7 +32,7 @@ DEFAULT = ROOT / "manifests/examples/cpu/honest-win.yaml"
 def one(manifest: str, overrides: List[str]) -> Dict[str, Any]:
     """One run in this process, the freeze's hand-overs timed; its figures."""
     sys.path.insert(0, str(ROOT))
-    from expkit.bench import freeze
+    from expkit.bench.defences import freeze
     from expkit.runner import run_manifest
 
     waits: List[float] = []

@@ -4,7 +4,7 @@ A script, not a test. For each manifest given (any kind: a factory and two calla
 or KernelBench's ``Model``/``ModelNew`` written by ``kernelbench_sweep.py``) it
 
 1. **plain call**, in a fresh process of its own: resolves the baseline exactly as
-   expkit's worker does (``expkit.bench.side.resolve_side``), builds the first case's
+   expkit's worker does (``expkit.bench.sides.side.resolve_side``), builds the first case's
    inputs on the device with the manifest's factory, and calls the baseline three times,
    synchronising after each: the first call's seconds (lazy initialisation, compilation)
    and the fastest of the next two. Its memory: torch's ``max_memory_allocated`` in that
@@ -106,7 +106,7 @@ def plain_call(manifest: str, device: str) -> Dict[str, Any]:
     sys.path.insert(0, str(REPO))
     import torch
 
-    from expkit.bench.side import resolve_side
+    from expkit.bench.sides.side import resolve_side
     from expkit.checks import preflight
     from expkit.manifest.spec import load
 

@@ -50,7 +50,7 @@ VARIANTS = {
 
 def free_checks() -> None:
     """Replace the per-block checks with no-ops in this process (and in workers it forks)."""
-    from expkit.bench import serve, side
+    from expkit.bench.sides import serve, side
     from expkit.checks import activity
 
     side.settle = lambda reader, **k: 0.0

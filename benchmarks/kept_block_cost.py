@@ -1,6 +1,6 @@
 """What a timed block costs when the recheck keeps its call, against one that keeps none.
 
-One side's bench (``expkit.bench.side.SideBench``) in this process, on one case of a
+One side's bench (``expkit.bench.sides.side.SideBench``) in this process, on one case of a
 manifest: after a short warm-up, blocks of one call alternate between keeping nothing
 and keeping that call for the recheck (a pristine copy of its inputs made before it, its
 inputs and output exported to shared memory after it, released afterwards, as the
@@ -23,7 +23,7 @@ import statistics
 import time
 from typing import List, Optional, Sequence
 
-from expkit.bench.side import SideBench
+from expkit.bench.sides.side import SideBench
 from expkit.manifest.settings import load_settings
 from expkit.manifest.spec import load
 

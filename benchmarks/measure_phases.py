@@ -31,14 +31,14 @@ DEFAULT = ROOT / "manifests/examples/cpu/honest-win.yaml"
 
 #: (label, module, owner, attribute) of what is timed; ``owner`` None: a module function.
 PARTS: List[Tuple[str, str, Any, str]] = [
-    ("open a replicate", "expkit.bench.replicates", "Replicates", "open"),
-    ("a case's sides (inputs)", "expkit.bench.replicates", "_Replicate", "sides"),
-    ("warm-up", "expkit.bench.case_sides", "CaseSides", "_warm"),
-    ("calibration blocks", "expkit.bench.envelope", "SessionTimer", "sample"),
-    ("batches of blocks", "expkit.bench.envelope", "SessionTimer", "sample_batch"),
+    ("open a replicate", "expkit.bench.sides.replicates", "Replicates", "open"),
+    ("a case's sides (inputs)", "expkit.bench.sides.replicates", "_Replicate", "sides"),
+    ("warm-up", "expkit.bench.sides.case_sides", "CaseSides", "_warm"),
+    ("calibration blocks", "expkit.bench.defences.envelope", "SessionTimer", "sample"),
+    ("batches of blocks", "expkit.bench.defences.envelope", "SessionTimer", "sample_batch"),
     ("stopping checks", "expkit.timing.measure", None, "_own_width"),
-    ("finish a case", "expkit.bench.replicates", "_Replicate", "finish"),
-    ("close a replicate", "expkit.bench.replicates", "_Replicate", "close"),
+    ("finish a case", "expkit.bench.sides.replicates", "_Replicate", "finish"),
+    ("close a replicate", "expkit.bench.sides.replicates", "_Replicate", "close"),
 ]
 
 

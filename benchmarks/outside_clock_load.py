@@ -2,7 +2,7 @@
 
 Runs each manifest ``--rounds`` times (the adversarial suite's fast settings) with ``--busy``
 processes spinning beside it, and prints, for every run, the verdict and the outside clock's
-figures for its case (``expkit.bench.outside_clock``): the candidate's excess over the
+figures for its case (``expkit.bench.defences.outside_clock``): the candidate's excess over the
 baseline's fixed part, the margin allowed, their ratio (above 1 is ``invalid``), and the
 excess as a share of the candidate's calibrated harness seconds. Then, per manifest, the
 largest and smallest ratio.
@@ -42,7 +42,7 @@ def _manifest(name: str, scratch: Path) -> Path:
     if name == "1_leaky_relu_where":
         made = scratch / "kb" / f"{name}.yaml"
         if not made.is_file():
-            from expkit.suites import kernelbench as kbi
+            from expkit.suites import kernelbench_import as kbi
 
             kbi.write_manifests(ROOT / "tests" / "data" / "kernelbench", scratch / "kb", device="cpu")
         return made

@@ -1,7 +1,7 @@
 """The harness's work around each timed call of a defended CPU side, in this process.
 
 A defended side times each call on its own (``timing.per_call.PerCallTimer``) and, between
-calls, makes the next call's inputs fresh and counts threads (``bench.side.CaseState``);
+calls, makes the next call's inputs fresh and counts threads (``bench.sides.side.CaseState``);
 that work is outside the timed spans but inside the run's wall time, and on an op of a few
 microseconds it is a large part of what the defences cost. This builds the candidate's side
 of MANIFEST's first case in this process (no workers, no parent), times ``--blocks`` blocks
@@ -33,7 +33,7 @@ DEFAULT = ROOT / "tests/adversarial/cpu/honest_gemv.yaml"
 
 
 def blocks(manifest: Path, n_blocks: int, calls: int) -> str:
-    from expkit.bench.side import CANDIDATE, SideBench
+    from expkit.bench.sides.side import CANDIDATE, SideBench
     from expkit.manifest.settings import Settings
     from expkit.manifest.spec import load
 
@@ -54,7 +54,7 @@ def blocks(manifest: Path, n_blocks: int, calls: int) -> str:
 def takes(n: int = 100_000) -> list:
     import torch
 
-    from expkit.bench.fresh import FreshInputs
+    from expkit.bench.defences.fresh import FreshInputs
 
     g = torch.Generator().manual_seed(0)
     rows = []
@@ -81,7 +81,7 @@ def big(gib: float, n: int = 10_000) -> list:
 
     import torch
 
-    from expkit.bench.fresh import FreshInputs
+    from expkit.bench.defences.fresh import FreshInputs
 
     rows = []
     for dt in (torch.float32, torch.bfloat16):

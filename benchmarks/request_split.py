@@ -100,7 +100,8 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
 
     gc.callbacks.append(_gc)
 
-    from expkit.bench import channel as _ch, endpoint as _ep, serve as _sv
+    from expkit.bench.processes import channel as _ch
+    from expkit.bench.sides import endpoint as _ep, serve as _sv
 
     _recv, _send = _ch.Channel.recv, _ch.Channel.send
     _read_exact = _ch.read_exact
@@ -214,7 +215,8 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
 
         setattr(owner, attr, timed)
 
-    from expkit.bench import cores as _co, ledger as _lg, side as _sd
+    from expkit.bench.processes import cores as _co
+    from expkit.bench.sides import ledger as _lg, side as _sd
 
     # Parts of a block request inside the worker (names as the table's last column prints them).
     for _owner, _attr, _name in ((_lg.Ledger, "start", "ledger.start"), (_lg.Ledger, "stop", "ledger.stop"),
@@ -283,7 +285,7 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
         return out
 
     if os.environ.get("EXPKIT_DEBUG_SCHED"):  # a debug variant: each worker's CUDA context flags (2 yield, 4 blocking)
-        from expkit.bench import side as _sd1
+        from expkit.bench.sides import side as _sd1
 
         _sb_init = _sd1.SideBench.__init__
 
@@ -303,7 +305,7 @@ if os.environ.get("EXPKIT_DEBUG_REQUESTS"):
         _sd1.SideBench.__init__ = _sched_init
 
     if os.environ.get("EXPKIT_DEBUG_PROFILER_FIRST"):  # a debug variant: torch.profiler once before a case
-        from expkit.bench import side as _sd0
+        from expkit.bench.sides import side as _sd0
 
         _prep = _sd0.SideBench.prepare
 

@@ -21,7 +21,7 @@ import time
 from typing import Any, Dict, Tuple
 
 from expkit import api
-from expkit.bench import endpoint
+from expkit.bench.sides import endpoint
 
 
 def main(argv: list) -> int:

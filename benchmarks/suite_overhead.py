@@ -62,11 +62,11 @@ OVERRIDES = ["measure=quick", "measure.min_seconds=0.05", "measure.max_seconds=0
 
 
 def run(start: str, n: int, folder: Path, out: Path) -> dict:
-    from expkit.suites import worker
+    from expkit.suites import manifest_process
     from expkit.suites.suite import run_suite
 
     t0 = time.perf_counter()
-    warm = worker.warm_up(start)  # the fork server's imports: once per suite
+    warm = manifest_process.warm_up(start)  # the fork server's imports: once per suite
     t1 = time.perf_counter()
     outcome = run_suite([str(folder)], OVERRIDES + [f"launcher.start={start}"], out=out / f"session-{start}")
     t2 = time.perf_counter()

@@ -16,10 +16,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from .bench import environment
-from .bench.endpoint import OutOfMemory, warm_up_forkserver
-from .bench.pair import Pair, open_pair
-from .bench.replicates import Replicates
+from .bench.processes import environment
+from .bench.sides.endpoint import OutOfMemory, warm_up_forkserver
+from .bench.sides.pair import Pair, open_pair
+from .bench.sides.replicates import Replicates
 from .checks import preflight
 from .checks.contention import contention_findings, share_findings
 from .checks.expectations import unidentified
@@ -88,7 +88,7 @@ def run_manifest(
 ) -> RunOutcome:
     """Run one manifest and write ``result.json``, ``samples.csv``, ``env.json`` and ``report.md``.
 
-    Each side runs in a worker process of its own (:mod:`expkit.bench.pair`); this
+    Each side runs in a worker process of its own (:mod:`expkit.bench.sides.pair`); this
     process never imports the code under test and never initialises CUDA: what it
     knows of the GPU comes from the baseline's worker. ``plots=False`` leaves the report's
     figures to a later ``report.run_report.write(out_dir)`` (the CLI draws them after it
@@ -233,10 +233,10 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
 
 def _memory_section(memory: Any, ledger: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
     """result.json's ``memory``: the plan (null fields where none was made) and what each
-    side's requests measured (``bench.ledger``)."""
+    side's requests measured (``bench.sides.ledger``)."""
     if memory is None and not ledger:
         return None
-    from .bench.ledger import peaks
+    from .bench.sides.ledger import peaks
 
     out = memory.to_dict() if memory is not None else {"input_sets": None, "notes": ["no memory plan was made"]}
     out["measured"] = ({role: {"peaks": peaks(rows), "requests": rows} for role, rows in ledger.items()}
@@ -269,7 +269,7 @@ def write_invalid_run(path: str | Path, out_dir: Path, finding: Finding, overrid
                       started: str, wall: float) -> RunOutcome:
     """Write ``result.json`` and ``report.md`` for a run that died before writing its own.
 
-    A suite (``suites/worker.py``) calls this when a manifest's worker process crashed, hung or
+    A suite (``suites/manifest_process.py``) calls this when a manifest's worker process crashed, hung or
     was killed: the verdict is ``invalid`` with ``finding`` as its reason, in the same
     schema :func:`run_manifest` writes, so session and compare renderers read it like
     any other run. The environment is the worker's ``env.json`` where it got that far;
@@ -336,7 +336,7 @@ def _end_to_end(lm: LoadedManifest, pair: Any, settings: Settings, run_seed: int
     timing are not spent on a kernel that failed its seconds of checks."""
     if lm.manifest.end_to_end is None:
         return None
-    from .workload.judge import judge
+    from .workload.assess import judge
 
     bad = next((f for f in findings if f.invalidates), None)
     if bad is not None:

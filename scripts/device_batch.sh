@@ -38,7 +38,7 @@ for step in $steps; do
         --problems .kernelbench/KernelBench --allow-baseline-ops --timeout 180 --out /tmp/batch/kb-audit --quiet \
         2>&1 | tee /tmp/batch/kb-audit.log
       echo "exit code: ${PIPESTATUS[0]}" | tee -a /tmp/batch/kb-audit.log
-      [ -f /tmp/batch/kb-audit/audit.md ] || python3 -c 'import sys; from pathlib import Path; from expkit.report import audit; print(audit.write(Path(sys.argv[1])))' /tmp/batch/kb-audit 2>&1 | tee -a /tmp/batch/kb-audit.log ;;
+      [ -f /tmp/batch/kb-audit/audit.md ] || python3 -c 'import sys; from pathlib import Path; from expkit.report import audit_report; print(audit_report.write(Path(sys.argv[1])))' /tmp/batch/kb-audit 2>&1 | tee -a /tmp/batch/kb-audit.log ;;
     examples)
       # Each GPU example into one session folder, then the session report.
       for m in manifests/examples/gpu/*.yaml; do

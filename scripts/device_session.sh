@@ -173,7 +173,7 @@ for step in "$@"; do
       done ;;
     pycache)
       unset PYTHONDONTWRITEBYTECODE; export PYTHONPYCACHEPREFIX=/tmp/pyc
-      mods="torch, torch._dynamo, torch.profiler, torch._inductor.standalone_compile, scipy.stats, pandas, jinja2, expkit.api, expkit.bench.endpoint, expkit.cli"
+      mods="torch, torch._dynamo, torch.profiler, torch._inductor.standalone_compile, scipy.stats, pandas, jinja2, expkit.api, expkit.bench.sides.endpoint, expkit.cli"
       TIMEFORMAT="%R s"
       for i in 1 2 3; do echo "import of the preload, run $i (caches $( ((i == 1)) && echo written || echo read)):"
         { time python3 -c "import $mods"; } 2>&1; done | tee "$B/pycache.txt" ;;

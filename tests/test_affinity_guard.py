@@ -1,4 +1,4 @@
-"""The baseline's threads kept on the worker's cores (``expkit/bench/affinity_guard.py``)."""
+"""The baseline's threads kept on the worker's cores (``expkit/bench/defences/affinity_guard.py``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from expkit.bench.affinity_guard import AffinityGuard
-from expkit.bench.cores import current
+from expkit.bench.defences.affinity_guard import AffinityGuard
+from expkit.bench.processes.cores import current
 
 CORES = current()
 pytestmark = pytest.mark.skipif(not CORES or len(CORES) < 2, reason="needs a Linux machine with two cores or more")

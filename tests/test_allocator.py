@@ -1,5 +1,5 @@
 """Both workers fix glibc's allocator thresholds before any code under test runs
-(expkit/bench/allocator.py): left to adapt to each process's history, they differed
+(expkit/bench/processes/allocator.py): left to adapt to each process's history, they differed
 between the baseline's worker, which frees large buffers while it judges, and the
 candidate's, and an identity candidate measured 0.56x against itself on the CPU.
 """
@@ -10,7 +10,7 @@ import platform
 import textwrap
 from pathlib import Path
 
-from expkit.bench import allocator
+from expkit.bench.processes import allocator
 from expkit.runner import run_manifest
 
 FAST = ("measure=quick", "measure.max_seconds=0.3", "measure.min_seconds=0.1", "measure.warmup_seconds=0.02")

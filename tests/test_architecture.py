@@ -102,9 +102,9 @@ def test_no_private_name_is_used_across_modules():
 def test_module_paths_written_as_strings_import():
     """The fork servers' preload lists and the modules the bench imports before its
     snapshot name modules by string; a name left behind by a move would fail silently."""
-    from expkit.bench.side import HARNESS_MODULES
-    from expkit.bench.preload import GPU_PRELOAD, PRELOAD as BENCH_PRELOAD
-    from expkit.suites.worker import PRELOAD as SUITE_PRELOAD
+    from expkit.bench.sides.side import HARNESS_MODULES
+    from expkit.bench.sides.preload import GPU_PRELOAD, PRELOAD as BENCH_PRELOAD
+    from expkit.suites.manifest_process import PRELOAD as SUITE_PRELOAD
 
     names = [f"expkit.{m}" for m in HARNESS_MODULES] + [m for m in (*BENCH_PRELOAD, *GPU_PRELOAD, *SUITE_PRELOAD)
                                                          if m.startswith("expkit")]
@@ -119,8 +119,8 @@ def test_module_paths_written_as_strings_import():
 
 def test_the_tamper_checks_hot_prefixes_name_expkit_functions():
     """Each expkit prefix of the per-batch tamper check still matches functions after a move."""
-    from expkit.bench.side import _harness_modules
-    from expkit.bench.tamper import HOT_PREFIXES, FunctionSnapshot
+    from expkit.bench.sides.side import _harness_modules
+    from expkit.bench.defences.tamper import HOT_PREFIXES, FunctionSnapshot
 
     _harness_modules()
     entries = FunctionSnapshot.take().entries

@@ -19,11 +19,11 @@ import pytest
 
 from expkit.core.errors import ExpkitError
 from expkit.manifest.settings import LauncherSettings
-from expkit.report import audit as rep
+from expkit.report import audit_report as rep
 from expkit.report import store
 from expkit.suites import audit
 from expkit.suites.launchers import LocalLauncher
-from expkit.suites.worker import DONE, Outcome
+from expkit.suites.manifest_process import DONE, Outcome
 from golden import check
 
 DATA = Path(__file__).parent / "data" / "audit"
@@ -388,7 +388,7 @@ def test_an_interrupted_audit_resumes_where_it_stopped(tmp_path):
 def test_a_jobs_environment_survives_its_file_and_pickling(tmp_path):
     import pickle
 
-    from expkit.suites.worker import Job
+    from expkit.suites.manifest_process import Job
 
     job = Job("m.yaml", str(tmp_path), ("measure=quick",), env=(("TRITON_CACHE_DIR", "/x/triton"),))
     job.write()

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from expkit.bench import blas
+from expkit.bench.processes import blas
 
 
 def test_the_default_is_openblas_own_choice(monkeypatch):
@@ -57,7 +57,7 @@ def test_a_library_that_will_not_answer_never_stops_a_worker():
 def _fork_lines(parent: str, child: str) -> list:
     """stdout lines of a fresh interpreter that imports the bench, runs ``parent``, then
     forks and runs ``child`` (one line of code each) in the child, as a worker starts."""
-    code = (f"import os; from expkit.bench import fork_safety, blas; {parent}\n"
+    code = (f"import os; from expkit.bench.processes import fork_safety, blas; {parent}\n"
             "pid = os.fork()\n"
             "if pid == 0:\n"
             f"    {child}; os._exit(0)\n"

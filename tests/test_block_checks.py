@@ -1,4 +1,4 @@
-"""The checks after a timed block (bench/block_checks.py), through a side's ``block`` request."""
+"""The checks after a timed block (bench/defences/block_checks.py), through a side's ``block`` request."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from expkit.bench.side import CANDIDATE, SideBench
+from expkit.bench.sides.side import CANDIDATE, SideBench
 from expkit.manifest.settings import DefenceSettings, Settings
 from expkit.manifest.spec import load
 
@@ -103,7 +103,7 @@ def test_a_pool_that_grows_in_the_middle_of_a_block_is_no_finding():
 def test_a_new_parked_thread_per_call_is_a_finding_beyond_what_a_pool_adds():
     """A candidate that hands each call's last part to a new thread, which parks once done,
     looks like a pool growing by one worker a call: past ``POOL_THREADS`` a case, each counts."""
-    from expkit.bench.block_checks import POOL_THREADS
+    from expkit.bench.defences.block_checks import POOL_THREADS
 
     stop = threading.Event()
     threads = []
@@ -152,7 +152,7 @@ def test_a_process_the_import_started_and_left_running_is_a_finding():
     import subprocess
     import sys
 
-    from expkit.bench.block_checks import started_at_import
+    from expkit.bench.defences.block_checks import started_at_import
     from expkit.checks.activity import activity
 
     before = activity()

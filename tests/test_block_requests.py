@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from expkit.bench import side as side_module
-from expkit.bench.case_sides import runs_by_side
-from expkit.bench.serve import Server
-from expkit.bench.side import CANDIDATE, SideBench
+from expkit.bench.sides import side as side_module
+from expkit.bench.sides.case_sides import runs_by_side
+from expkit.bench.sides.serve import Server
+from expkit.bench.sides.side import CANDIDATE, SideBench
 from expkit.manifest.settings import Settings
 from expkit.manifest.spec import load
 

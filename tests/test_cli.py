@@ -201,7 +201,7 @@ RUN_STAGES = [
     ("expkit.runner", "load_settings"),
 ]
 RUN_STAGES_WITH_WORKERS = [
-    ("expkit.bench.environment", "capture"),
+    ("expkit.bench.processes.environment", "capture"),
 ]
 #: Other commands, with the library function each calls.
 COMMAND_STAGES = [

@@ -1,4 +1,4 @@
-"""The candidate's confinement (``expkit/bench/confine.py``): what it asks of the kernel, and
+"""The candidate's confinement (``expkit/bench/defences/confine.py``): what it asks of the kernel, and
 what it refuses on this machine's kernel."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from expkit.bench import confine as C
+from expkit.bench.defences import confine as C
 
 
 class FakeLibc:

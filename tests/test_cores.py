@@ -1,4 +1,4 @@
-"""The shared cores of a CPU run's relay (``defences.pin_cores``, ``expkit/bench/cores.py``)."""
+"""The shared cores of a CPU run's relay (``defences.pin_cores``, ``expkit/bench/processes/cores.py``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from expkit.bench import cores
-from expkit.bench.cores import Relay
+from expkit.bench.processes import cores
+from expkit.bench.processes.cores import Relay
 from expkit.runner import run_manifest
 
 linux = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from expkit.bench.side import CANDIDATE, SideBench
+from expkit.bench.sides.side import CANDIDATE, SideBench
 from expkit.manifest.settings import Settings
 from expkit.manifest.spec import load
 from expkit.timing import cupti_recorder

@@ -14,13 +14,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from expkit.bench import channel
-from expkit.bench.envelope import BlockAccount, RecheckPolicy, SessionTimer, envelope_counts, envelope_findings, flagged
-from expkit.bench.fallback import ExceptionWitness
-from expkit.bench.fresh import FreshInputs
+from expkit.bench.processes import channel
+from expkit.bench.defences.envelope import BlockAccount, RecheckPolicy, SessionTimer, envelope_counts, envelope_findings, flagged
+from expkit.bench.defences.fallback import ExceptionWitness
+from expkit.bench.defences.fresh import FreshInputs
 from expkit.timing.per_call import HookedDevice, PerCallTimer
-from expkit.bench.tamper import FunctionSnapshot
-from expkit.bench.in_process import preflight_in_process
+from expkit.bench.defences.tamper import FunctionSnapshot
+from expkit.bench.sides.in_process import preflight_in_process
 from expkit.checks import activity, global_state, preflight
 from expkit.core.findings import Finding
 from expkit.manifest import load
@@ -67,7 +67,7 @@ def test_a_cpu_blocks_state_check_leaves_cudas_settings_to_the_case_checkpoints(
                 "torch function modes (stack depth)", "torch.backends.mkldnn.enabled"} & left_out
     side = SimpleNamespace(device="cpu", state0=full, _told=set(),
                            funcs0=SimpleNamespace(changed=lambda hot_only=False, gpu=True: []))
-    from expkit.bench.side import SideBench
+    from expkit.bench.sides.side import SideBench
 
     old = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = not old
@@ -126,11 +126,11 @@ def test_the_hot_check_sees_the_thread_counter_replaced_where_the_harness_reads_
     replacement of either, one that always says no thread started, is a tamper finding."""
     import _thread
 
-    from expkit.bench import side as side_module
+    from expkit.bench.sides import side as side_module
 
     snap = FunctionSnapshot.take()
     for owner, attr, name in ((_thread, "_count", "_thread._count"),
-                              (side_module, "thread_count", "expkit.bench.side.thread_count"),
+                              (side_module, "thread_count", "expkit.bench.sides.side.thread_count"),
                               (activity, "thread_count", "expkit.checks.activity.thread_count")):
         monkeypatch.setattr(owner, attr, lambda: 0)
         assert f"{name} (replaced)" in snap.changed(hot_only=True, gpu=False)
@@ -277,7 +277,7 @@ def test_salt_of_a_strided_input_takes_torchs_own_indexing_and_still_salts():
 def test_the_version_bump_falls_back_to_torchs_public_call_where_the_private_one_differs(monkeypatch):
     import torch.autograd.graph as graph
 
-    from expkit.bench import fresh as fresh_module
+    from expkit.bench.defences import fresh as fresh_module
 
     real = torch._C._increment_version
     assert fresh_module._version_bump() is real  # this torch: the private call takes the tuple

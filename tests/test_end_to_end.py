@@ -13,11 +13,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from expkit.bench.in_process import collect_in_process as collect
+from expkit.bench.sides.in_process import collect_in_process as collect
 from expkit.workload.collect import WallTimer, isolation_findings
 from expkit.workload.compile import compile_stats, dynamo_snapshot
 from expkit.verdict.pipeline import end_to_end as apply
-from expkit.workload.judge import EndToEndResult, judge
+from expkit.workload.assess import EndToEndResult, judge
 from expkit.workload.prediction import (AS_PREDICTED, BELOW, LARGER_GAIN, MICRO_WIN_E2E_LOSS, SMALLER_GAIN, Interval,
                                         amdahl, compare, predict)
 from expkit.workload.profile import RUN_LABEL, ProfileSummary, grown, summarize_trace

@@ -1,4 +1,4 @@
-"""The freeze (bench/freeze.py): while one side is timed, the other side's worker is stopped.
+"""The freeze (bench/defences/freeze.py): while one side is timed, the other side's worker is stopped.
 
 The logic runs against a fake kernel (what was signalled, in order); the waits and the
 kernel's reports run against real child processes."""
@@ -14,7 +14,7 @@ from typing import List, Optional, Tuple
 
 import pytest
 
-from expkit.bench import freeze as F
+from expkit.bench.defences import freeze as F
 from expkit.checks.interference import stop_event
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="signals and /proc: Linux")
@@ -199,7 +199,7 @@ def test_waiting_for_a_worker_that_exited_says_so():
 
 STOPPED_GRANDCHILD = r"""
 import os, signal, sys, time
-from expkit.bench.lifetime import die_with_parent
+from expkit.bench.processes.lifetime import die_with_parent
 pid = os.fork()
 if pid == 0:
     if sys.argv[1] == "tied":
@@ -230,7 +230,7 @@ def _gone_or_stopped(pid: int, timeout: float) -> str:
 @pytest.mark.parametrize("tied", [True, False])
 def test_a_worker_left_stopped_ends_with_its_parent(tied):
     """A parent killed while its idle worker is stopped cannot continue it: with
-    ``die_with_parent`` (set in every worker, bench/lifetime.py) the kernel kills it; without,
+    ``die_with_parent`` (set in every worker, bench/processes/lifetime.py) the kernel kills it; without,
     it stays stopped for good (the second case shows the test can fail)."""
     import subprocess
 

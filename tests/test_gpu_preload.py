@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from expkit.bench import preload
+from expkit.bench.sides import preload
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,8 +36,8 @@ def _run(code: str, path: Path) -> str:
 
 def test_only_a_gpu_run_preloads_the_gpu_libraries():
     assert preload.preload_for("cpu") == preload.PRELOAD
-    assert "expkit.bench.gpu_preload" not in preload.PRELOAD
-    assert preload.preload_for("cuda") == preload.PRELOAD + ["expkit.bench.gpu_preload"]
+    assert "expkit.bench.processes.gpu_preload" not in preload.PRELOAD
+    assert preload.preload_for("cuda") == preload.PRELOAD + ["expkit.bench.processes.gpu_preload"]
 
 
 def test_a_forked_worker_inherits_the_cached_key_and_the_imported_module(tmp_path):
@@ -47,7 +47,7 @@ def test_a_forked_worker_inherits_the_cached_key_and_the_imported_module(tmp_pat
         (tmp_path / d / "__init__.py").write_text("")
     (tmp_path / "triton" / "runtime" / "cache.py").write_text(TRITON_CACHE)
     (tmp_path / "cupti" / "cupti.py").write_text("")
-    code = ("import os, sys; import expkit.bench.gpu_preload as g; from triton.runtime import cache; "
+    code = ("import os, sys; import expkit.bench.processes.gpu_preload as g; from triton.runtime import cache; "
             "pid = os.fork()\n"
             "if pid == 0:\n"
             "    cache.triton_key(); i = cache.triton_key.cache_info()\n"
@@ -62,7 +62,7 @@ def test_missing_libraries_are_skipped_with_the_reason(tmp_path):
     for name in ("triton", "cupti"):  # stand-ins that fail as a missing library does, even where one is installed
         (tmp_path / name).mkdir()
         (tmp_path / name / "__init__.py").write_text(f"raise ImportError('no {name} here')")
-    code = "from expkit.bench.gpu_preload import WARMED; print(WARMED['cupti'], '|', WARMED['triton_key'])"
+    code = "from expkit.bench.processes.gpu_preload import WARMED; print(WARMED['cupti'], '|', WARMED['triton_key'])"
     assert _run(code, tmp_path) == "skipped: ImportError | skipped: ImportError"
 
 
@@ -71,6 +71,6 @@ def test_a_triton_without_a_cached_key_is_left_alone(tmp_path):
     for d in ("triton", "triton/runtime"):
         (tmp_path / d / "__init__.py").write_text("")
     (tmp_path / "triton" / "runtime" / "cache.py").write_text("CALLS = []\ndef triton_key():\n    CALLS.append(1)\n")
-    code = ("from expkit.bench.gpu_preload import WARMED; from triton.runtime import cache; "
+    code = ("from expkit.bench.processes.gpu_preload import WARMED; from triton.runtime import cache; "
             "print(WARMED['triton_key'], len(cache.CALLS))")
     assert _run(code, tmp_path) == "skipped: not cached by this Triton 0"

@@ -1,4 +1,4 @@
-"""bench.inductor: torch.compile in a worker compiles in the worker's own process."""
+"""bench.processes.inductor: torch.compile in a worker compiles in the worker's own process."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import textwrap
 
 import torch._inductor.config as inductor_config
 
-from expkit.bench import inductor
+from expkit.bench.processes import inductor
 
 
 def test_compile_in_process_sets_one_compile_thread_in_the_imported_config_and_the_environment(monkeypatch):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import repo_scripts
-from expkit.bench import serve, side
+from expkit.bench.sides import serve, side
 from expkit.checks import activity
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from expkit.manifest import kernelbench as kb
-from expkit.suites import kernelbench as kbi
+from expkit.suites import kernelbench_import as kbi
 from expkit.core.errors import ExpkitError, ManifestError
 from expkit.manifest import KERNELBENCH_TOLERANCE, load
 

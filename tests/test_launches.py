@@ -3,7 +3,7 @@
 Seeded fakes stand in for the GPU: the CUDA timer's ``FakeGpu`` and ``FakeRecorder``
 (tests/test_cuda_timer.py) give records with names and launch shapes, the fake
 ``cupti`` module of tests/test_cupti_kinds.py the recorder's own callbacks. The parent's
-side (:class:`expkit.bench.launches.LaunchCheck`) is fed block summaries as a worker
+side (:class:`expkit.bench.sides.launches.LaunchCheck`) is fed block summaries as a worker
 sends them."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import types
 
 import pytest
 
-from expkit.bench.launches import LAUNCHES, LaunchCheck, describe, launches_at_end, missing
-from expkit.bench.side import BASELINE, CANDIDATE
-from expkit.bench.tamper import TAMPER
+from expkit.bench.sides.launches import LAUNCHES, LaunchCheck, describe, launches_at_end, missing
+from expkit.bench.sides.side import BASELINE, CANDIDATE
+from expkit.bench.defences.tamper import TAMPER
 from expkit.timing import kernel_time as kt
 from expkit.timing.cupti_recorder import CuptiRecorder, join, parse
 from expkit.timing.kernel_time import call_launches, launch_summary
@@ -212,7 +212,7 @@ def test_the_seal_names_a_method_replaced_on_the_class(fake, monkeypatch):
 
 
 def test_a_block_replys_launches_are_taken_out_and_judged_as_its_findings():
-    from expkit.bench.launches import launch_findings
+    from expkit.bench.sides.launches import launch_findings
 
     check = LaunchCheck("c", PROFILED)
     rep = {"seconds": 1e-3, "findings": [], "launches": summary(PROFILED[:1])}
@@ -223,7 +223,7 @@ def test_a_block_replys_launches_are_taken_out_and_judged_as_its_findings():
 
 
 def test_a_later_replicates_counts_join_the_runs():
-    from expkit.bench.launches import add_launches
+    from expkit.bench.sides.launches import add_launches
 
     first = {LAUNCHES: {"c": {"profiled": 2, "calls": 10, "short": 0, "blocks": {CANDIDATE: 2}, "unrecorded": {}}}}
     later = {LAUNCHES: {"c": {"profiled": 2, "calls": 6, "short": 1, "blocks": {CANDIDATE: 1}, "unrecorded": {}}}}

@@ -1,4 +1,4 @@
-"""What each request cost a worker (bench/ledger.py), in result.json and the report (issue 19)."""
+"""What each request cost a worker (bench/sides/ledger.py), in result.json and the report (issue 19)."""
 
 import json
 import textwrap
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from expkit.bench import ledger
+from expkit.bench.sides import ledger
 from expkit.report import store
 from expkit.report.memory import memory_context
 
@@ -241,7 +241,7 @@ def test_a_statistic_the_allocator_does_not_keep_is_unknown_not_zero(monkeypatch
 def test_a_forked_child_reads_its_own_resident_set_not_its_parents():
     import os
 
-    from expkit.bench.memory import host_peak_reset, host_rss
+    from expkit.bench.sides.memory_plan import host_peak_reset, host_rss
 
     host_rss()  # the parent's descriptor is open before the fork
     r, w = os.pipe()
@@ -266,19 +266,19 @@ def test_a_forked_child_reads_its_own_resident_set_not_its_parents():
 def test_a_descriptor_reused_by_code_under_test_is_never_written_to(tmp_path):
     import os
 
-    from expkit.bench import memory
+    from expkit.bench.sides import memory_plan
 
-    assert memory.host_peak_reset()
-    fd = memory.CLEAR_REFS.fd()
+    assert memory_plan.host_peak_reset()
+    fd = memory_plan.CLEAR_REFS.fd()
     victim = tmp_path / "candidate.txt"
     other = os.open(victim, os.O_WRONLY | os.O_CREAT)
     os.dup2(other, fd)  # the candidate closed our descriptor and its own file took the number
     os.close(other)
-    assert memory.host_peak_reset()  # reopened: still resets the peak
-    assert memory.CLEAR_REFS.fd() != fd
+    assert memory_plan.host_peak_reset()  # reopened: still resets the peak
+    assert memory_plan.CLEAR_REFS.fd() != fd
     assert victim.read_bytes() == b""  # and wrote nothing into the candidate's file
     os.close(fd)
-    assert memory.host_rss()[0] is not None
+    assert memory_plan.host_rss()[0] is not None
 
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="Linux's /proc only")
@@ -288,10 +288,10 @@ def test_a_forked_worker_closes_its_parents_kept_proc_files_before_the_code_unde
     before importing its side's code, and opens its own when its ledger reads."""
     import os
 
-    from expkit.bench import memory, worker
+    from expkit.bench.sides import memory_plan, worker
 
-    memory.host_peak_reset(), memory.host_rss()
-    inherited = [f.fd() for f in memory.PROC_FILES]
+    memory_plan.host_peak_reset(), memory_plan.host_rss()
+    inherited = [f.fd() for f in memory_plan.PROC_FILES]
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -304,7 +304,7 @@ def test_a_forked_worker_closes_its_parents_kept_proc_files_before_the_code_unde
                 closed.append(False)
             except OSError:
                 closed.append(True)
-        ok = memory.host_peak_reset() and memory.host_rss()[0] is not None
+        ok = memory_plan.host_peak_reset() and memory_plan.host_rss()[0] is not None
         os.write(w, f"{all(closed)} {ok}".encode())
         os._exit(0)
     os.close(w)
@@ -312,4 +312,4 @@ def test_a_forked_worker_closes_its_parents_kept_proc_files_before_the_code_unde
     os.close(r)
     os.waitpid(pid, 0)
     assert got == "True True", got
-    assert [f.fd() for f in memory.PROC_FILES] == inherited  # the parent's own stay open
+    assert [f.fd() for f in memory_plan.PROC_FILES] == inherited  # the parent's own stay open

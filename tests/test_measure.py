@@ -74,7 +74,7 @@ def test_perf_counter_timer_divides_by_number():
 
 
 class BatchTimer(FakeTimer):
-    """A FakeTimer that also takes whole batches (like bench.envelope.SessionTimer)."""
+    """A FakeTimer that also takes whole batches (like bench.defences.envelope.SessionTimer)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

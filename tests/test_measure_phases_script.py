@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import expkit.runner
 import repo_scripts
-from expkit.bench import replicates
+from expkit.bench.sides import replicates
 from expkit.timing import measure
 
 def _script():

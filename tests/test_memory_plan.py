@@ -1,11 +1,11 @@
-"""The memory plan from one plain call's figures (expkit/bench/memory.py)."""
+"""The memory plan from one plain call's figures (expkit/bench/sides/memory_plan.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from expkit.bench.memory import GiB, measure_call, plan
+from expkit.bench.sides.memory_plan import GiB, measure_call, plan
 
 L2 = 50 << 20
 
@@ -129,7 +129,7 @@ def test_a_candidate_out_of_memory_is_a_memory_finding_in_the_trials_and_in_the_
                                                                                               where):
     """Out of memory is an outcome (issue 19), in a trial and in the identity check's profiled
     call alike (KernelBench 38_L1Norm on the H100 ran out there, and it read as a plain crash)."""
-    from expkit.bench.in_process import preflight_in_process
+    from expkit.bench.sides.in_process import preflight_in_process
     from expkit.manifest.settings import OracleSettings
     from sides import load_sides
 
@@ -170,9 +170,9 @@ def test_no_trial_holds_the_previous_trials_tensors_unless_the_plan_says_so(tmp_
     the baseline's judge kept its pristine inputs and expected output into the next trial.
     Both sides share this process here, so every tensor of the case's size alive at each
     call is counted: with nothing held, no trial sees more than the first one does."""
-    from expkit.bench.memory import MemoryPlan
-    from expkit.bench.pair import Pair
-    from expkit.bench.side import BASELINE, CANDIDATE
+    from expkit.bench.sides.memory_plan import MemoryPlan
+    from expkit.bench.sides.pair import Pair
+    from expkit.bench.sides.side import BASELINE, CANDIDATE
     from expkit.manifest.settings import DefenceSettings, OracleSettings, Settings
     from sides import load_sides
 
@@ -196,11 +196,11 @@ def test_no_trial_holds_the_previous_trials_tensors_unless_the_plan_says_so(tmp_
 
 
 def test_while_timed_each_side_is_projected_to_hold_a_committed_output_beside_the_one_being_made():
-    """The parent picks the calls to re-check after a block's reply (bench/commit.py), so
+    """The parent picks the calls to re-check after a block's reply (bench/defences/commit.py), so
     each side holds one committed output while its next call makes another: a 1 GiB
     elementwise case peaked at 4.1 GiB a worker on an H200 before a request carried one
     block where one output fills the commitments (tests/gpu/test_gpu_memory.py)."""
-    from expkit.bench.memory import _project
+    from expkit.bench.sides.memory_plan import _project
 
     gib = 1 << 30
     p = {"input_bytes": gib, "output_bytes": gib, "peak_bytes": 2 * gib}

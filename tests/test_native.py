@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from expkit.bench import native
+from expkit.bench.processes import native
 
 
 def test_a_library_is_found_by_name_and_its_neighbour_left_out(tmp_path: Path):

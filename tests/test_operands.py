@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from expkit.bench.traces import trace_from_dict, trace_to_dict
+from expkit.bench.processes.traces import trace_from_dict, trace_to_dict
 from expkit.checks.expectations import baseline_calls, baseline_fingerprint, check_expectations
 from expkit.checks.operands import HELD, MADE, NONE, Operand, OpCall, calls_of, is_dispatcher_op
 from expkit.checks.recording import capture

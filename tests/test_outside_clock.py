@@ -3,8 +3,8 @@
 A candidate's worker reports its own timed seconds, its call count and which outputs it
 committed; the candidate's code shares that worker's interpreter, so each figure is the
 candidate's to change. These tests drive the parent's side alone: the outside clock
-(:mod:`expkit.bench.outside_clock`) against requests whose figures were moved, and the
-late pick (:meth:`expkit.bench.case_sides.CaseSides._judge_block`) against commitments
+(:mod:`expkit.bench.defences.outside_clock`) against requests whose figures were moved, and the
+late pick (:meth:`expkit.bench.sides.case_sides.CaseSides._judge_block`) against commitments
 that skip calls or hold fewer outputs than fit."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
-from expkit.bench.case_sides import CaseSides
-from expkit.bench.envelope import RecheckPolicy
-from expkit.bench.outside_clock import RequestClock, clock_figures, clock_findings
+from expkit.bench.sides.case_sides import CaseSides
+from expkit.bench.defences.envelope import RecheckPolicy
+from expkit.bench.defences.outside_clock import RequestClock, clock_figures, clock_findings
 from expkit.manifest.settings import DefenceSettings
 
 

@@ -2,7 +2,7 @@ import textwrap
 
 import pytest
 
-from expkit.bench.in_process import preflight_in_process
+from expkit.bench.sides.in_process import preflight_in_process
 from expkit.checks import preflight
 from expkit.core.errors import ManifestError
 from expkit.manifest import load

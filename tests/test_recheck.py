@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from expkit.bench.commit import sampled_digests
-from expkit.bench.side import CANDIDATE, SideBench
+from expkit.bench.defences.commit import sampled_digests
+from expkit.bench.sides.side import CANDIDATE, SideBench
 from expkit.manifest.settings import Settings
 from expkit.manifest.spec import load
 
@@ -86,7 +86,7 @@ def test_the_inputs_a_call_was_given_are_rebuilt_in_another_process_from_the_see
 
 
 def test_past_its_capacity_a_block_keeps_a_reservoir_and_says_how_many_calls_it_could_not():
-    from expkit.bench.commit import Commitments
+    from expkit.bench.defences.commit import Commitments
 
     c = Commitments(capacity=3 * 64 * 64 * 4)
     c.open_request()
@@ -118,9 +118,9 @@ def test_same_bits_compares_every_bit_chunk_by_chunk(monkeypatch):
 
 
 def judged_recheck(candidate_output, oracle_kind: str):
-    from expkit.bench.judge import Judge
-    from expkit.bench.side import BASELINE
-    from expkit.bench.transport import Exporter
+    from expkit.bench.sides.judge import Judge
+    from expkit.bench.sides.side import BASELINE
+    from expkit.bench.processes.transport import Exporter
     from expkit.manifest.spec import Oracle
 
     lm = load(MANIFEST)
@@ -150,8 +150,8 @@ def test_a_recheck_of_other_bits_still_judges_against_the_reference():
 
 
 def test_later_trials_of_the_baselines_own_bits_make_no_reference():
-    from expkit.bench.judge import Judge
-    from expkit.bench.side import BASELINE
+    from expkit.bench.sides.judge import Judge
+    from expkit.bench.sides.side import BASELINE
     from expkit.manifest.spec import Oracle
 
     lm = load(MANIFEST)
@@ -175,8 +175,8 @@ def test_the_two_sides_are_profiled_one_after_the_other():
     """Each side's profile builds input sets of its own; run at once, the two sides' peaks
     add up (KernelBench's HuberLoss, 8 GiB of inputs, ran out of memory on an H100). The
     candidate's reply comes back before the baseline is asked."""
-    from expkit.bench.pair import Pair
-    from expkit.bench.traces import trace_to_dict
+    from expkit.bench.sides.pair import Pair
+    from expkit.bench.processes.traces import trace_to_dict
     from expkit.checks.preflight import CaseRun
     from expkit.checks.trace import Trace
     from expkit.manifest import load
@@ -241,9 +241,9 @@ def test_a_picked_output_changed_after_its_block_is_not_the_committed_one():
 
 
 def judged_recheck_changed():
-    from expkit.bench.judge import Judge
-    from expkit.bench.side import BASELINE
-    from expkit.bench.transport import Exporter
+    from expkit.bench.sides.judge import Judge
+    from expkit.bench.sides.side import BASELINE
+    from expkit.bench.processes.transport import Exporter
 
     lm = load(MANIFEST)
     side = SideBench(lm, Settings(), "cpu", BASELINE, fn=chain, factory=make_inputs, local=True)
@@ -262,7 +262,7 @@ def test_a_cpu_recheck_goes_wide_only_after_a_baseline_call_that_took_long(monke
     least ``WIDE_RECHECK_S`` or its tensors hold ``WIDE_RECHECK_BYTES``: below both the
     pool's spin afterwards, which the next timed block waits out, costs more than the
     cores save. The verdict is the same either way."""
-    from expkit.bench import judge as jm
+    from expkit.bench.sides import judge as jm
     from expkit.checks import preflight as pf
 
     seen = []
@@ -299,7 +299,7 @@ def test_narrow_harness_work_keeps_the_threads_and_marks_no_wide_work(monkeypatc
 def test_a_recheck_just_past_its_allowance_names_the_figures_and_numeric_error_first():
     """An honest fp32 sum missed the rounding oracle's allowance by 2% on a timed call's
     inputs, and the message asked "a replay, a skipped computation or drift?"."""
-    from expkit.bench.judge import recheck_message
+    from expkit.bench.sides.judge import recheck_message
     from expkit.core.findings import Finding
 
     f = Finding("oracle:rounding", False, "rounding rule (...): the candidate's worst error 3.99e-05 ...", "c",
@@ -311,7 +311,7 @@ def test_a_recheck_just_past_its_allowance_names_the_figures_and_numeric_error_f
 
 
 def test_a_recheck_far_past_its_allowance_still_reads_as_a_replay():
-    from expkit.bench.judge import recheck_message
+    from expkit.bench.sides.judge import recheck_message
     from expkit.core.findings import Finding
 
     far = recheck_message(Finding("oracle:rounding", False, "m", "c", figure=0.8, threshold=4e-05))

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from expkit import runner
-from expkit.bench import endpoint
-from expkit.bench import pair as pair_module
+from expkit.bench.sides import endpoint
+from expkit.bench.sides import pair as pair_module
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "manifests" / "examples" / "cpu"
 
@@ -85,7 +85,7 @@ def test_an_end_to_end_workload_keeps_the_first_pair_to_the_end(tmp_path, monkey
 def test_the_run_folder_keeps_the_first_pairs_output(tmp_path, monkeypatch):
     """What the code under test printed in the preflight (the first pair's workers) is the
     evidence kept, whichever pair closes last."""
-    from expkit.bench import endpoint
+    from expkit.bench.sides import endpoint
 
     closes = []
     close = endpoint.WorkerEndpoint.close
@@ -106,7 +106,7 @@ def test_a_pair_that_closes_next_skips_giving_back_its_cached_memory(tmp_path, m
     frees: about 0.2 s a side on an H200) except for the pair's last case where the pair
     closes next; honest-win has two cases and no end-to-end workload, so every pair trims
     after its first case and not after its second."""
-    from expkit.bench import endpoint
+    from expkit.bench.sides import endpoint
 
     sent = []
     send = endpoint.WorkerEndpoint.send
@@ -126,7 +126,7 @@ def test_both_workers_end_a_case_and_close_at_once(tmp_path, monkeypatch):
     """Nothing is timed while a case ends or a pair closes: each request goes to both workers
     before either answer is read (on an H200, ``finish_case`` took 0.2 s a side, one side
     after the other), and a pair's two workers are asked to end before either is waited on."""
-    from expkit.bench import endpoint
+    from expkit.bench.sides import endpoint
 
     log = []
     send, receive = endpoint.WorkerEndpoint.send, endpoint.WorkerEndpoint.receive
@@ -194,8 +194,8 @@ def test_a_replicate_starts_early_only_where_the_memory_plan_leaves_room(monkeyp
     plan without figures, or with too little room, starts the next pair only when it opens."""
     from types import SimpleNamespace
 
-    from expkit.bench import replicates as rep
-    from expkit.bench.memory import GiB, MemoryPlan
+    from expkit.bench.sides import replicates as rep
+    from expkit.bench.sides.memory_plan import GiB, MemoryPlan
 
     started = []
     monkeypatch.setattr(rep, "open_pair", lambda lm, settings, device, greet=True:
@@ -224,7 +224,7 @@ def test_a_replicate_starts_early_only_where_the_memory_plan_leaves_room(monkeyp
 def test_a_pair_that_fails_to_start_early_still_lets_the_one_before_it_close(tmp_path, monkeypatch):
     """An early start that raises loses nothing: the pair before it closes, and the next
     replicate starts its pair when it opens."""
-    from expkit.bench import replicates as rep
+    from expkit.bench.sides import replicates as rep
 
     def fails(self, r):
         raise OSError("no more processes")
@@ -251,7 +251,7 @@ def test_a_pair_started_early_whose_workers_do_not_answer_is_started_again(tmp_p
     import os
     import signal
 
-    from expkit.bench import replicates as rep
+    from expkit.bench.sides import replicates as rep
 
     start_early = rep.Replicates.start_early
     killed = []
@@ -274,7 +274,7 @@ def test_a_pair_started_early_whose_workers_do_not_answer_is_started_again(tmp_p
 def test_a_pair_started_early_whose_hello_raises_is_closed_and_started_again(tmp_path, monkeypatch):
     """A hello that raises in a pair started early closes that pair (its workers are not
     left to the interpreter's exit) and the replicate starts a fresh one."""
-    from expkit.bench import replicates as rep
+    from expkit.bench.sides import replicates as rep
 
     start_early, greet, close = rep.Replicates.start_early, pair_module.Pair.greet, pair_module.Pair.close
     marked, closed = [], []

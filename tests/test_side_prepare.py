@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-from expkit.bench import side as side_module
-from expkit.bench.side import CANDIDATE, SideBench
+from expkit.bench.sides import side as side_module
+from expkit.bench.sides.side import CANDIDATE, SideBench
 from expkit.manifest.settings import Settings
 from expkit.manifest.spec import load
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from expkit.bench import endpoint, fork_safety, preload
+from expkit.bench.sides import endpoint, preload
+from expkit.bench.processes import fork_safety
 
 
 def _last_line_of_a_fresh_process(code: str) -> str:
@@ -110,7 +111,7 @@ def test_a_parent_that_forks_its_workers_imports_the_preload_first():
     """Workers forked from a fresh parent inherit what it imported: without the preload
     each of honest-win's ten workers spent 0.83-0.94 s of its first call importing
     torch._dynamo and its dependencies (evidence/harness-cost/fork-preload-cpu.md)."""
-    code = ("import sys; from expkit.bench import endpoint as e; from expkit.bench.preload import PRELOAD; "
+    code = ("import sys; from expkit.bench.sides import endpoint as e; from expkit.bench.sides.preload import PRELOAD; "
             "assert e.fork_is_safe(); "
             "missing = [m for m in PRELOAD if m not in sys.modules]; assert 'torch._dynamo' in missing; "
             "e.warm_up_forkserver('auto'); "
@@ -158,7 +159,7 @@ def test_the_parents_gpu_telemetry_never_initialises_cuda_here(monkeypatch):
     in the parent on an H100, and every later replicate's workers came from the fork
     server: ``60f880e:scripts/debug_contexts.py`` at fbadffc showed the first pair forked and the
     other four started from it (evidence/harness-cost/gpu-memory-fork-start/raw.tar.xz:start_26_fbadffc.txt)."""
-    from expkit.bench import replicates
+    from expkit.bench.sides import replicates
     from expkit.timing import telemetry
 
     asked = []
@@ -190,9 +191,9 @@ def test_a_parent_that_computed_its_intervals_with_scipy_can_still_fork():
     per core) as it loads; the replicates of every KernelBench run on the H100 then came from
     the fork server (33 native threads against 16:
     evidence/harness-cost/gpu-memory-fork-start/raw.tar.xz:fork_safety_85c803d.txt). The bench loads scipy with
-    its BLAS on one thread (expkit.bench.blas), so no pool starts. (Counting the pool as
+    its BLAS on one thread (expkit.bench.processes.blas), so no pool starts. (Counting the pool as
     harmless instead hung a forked worker of this suite on a lock.)"""
-    code = ("from expkit.bench import fork_safety as e; from scipy.stats import norm, t, bootstrap; "
+    code = ("from expkit.bench.processes import fork_safety as e; from scipy.stats import norm, t, bootstrap; "
             "import numpy as np; norm.ppf(0.975); t.ppf(0.975, 4); "
             "bootstrap((np.arange(50.0),), np.mean, n_resamples=200); a = np.random.rand(300, 300); a @ a; "
             "print(e.fork_unsafe_reason())")
@@ -223,7 +224,7 @@ def test_a_thread_that_took_the_place_of_one_there_at_import_makes_the_parent_un
 
 def test_the_thread_names_count_every_native_thread():
     code = ("import os, torch; torch.set_num_threads(2); a = torch.rand(512, 512); a @ a; "
-            "from expkit.bench import fork_safety as e; n = e.native_thread_names(); "
+            "from expkit.bench.processes import fork_safety as e; n = e.native_thread_names(); "
             "print(sum(n.values()) == len(os.listdir('/proc/self/task')), len(n) >= 1)")
     assert _last_line_of_a_fresh_process(code) == "True True"
 
@@ -233,7 +234,7 @@ def test_a_parent_that_imported_the_bench_before_pandas_can_still_fork():
     where installed) loads after the bench's thread count. On the H100 pyarrow's jemalloc
     thread (fork_safety_2ea6229.txt) then left the parent unfit, and every worker came from
     the fork server."""
-    code = ("from expkit.bench import endpoint, fork_safety as e; import pandas; from expkit.report import store; "
+    code = ("from expkit.bench.sides import endpoint; from expkit.bench.processes import fork_safety as e; import pandas; from expkit.report import store; "
             "print(e.fork_unsafe_reason())")
     assert _last_line_of_a_fresh_process(code) == "None"
 
@@ -244,7 +245,7 @@ def test_threads_the_parents_nvml_starts_leave_it_fit_to_fork_and_others_do_not(
     replicate's pair then came from the fork server (``tests/gpu/test_gpu_start.py`` failed
     at 0955cf7 on the H100). No worker forked after it calls NVML, so that thread does not
     make a fork unsafe; a thread that starts outside such a block still does."""
-    from expkit.bench import replicates
+    from expkit.bench.sides import replicates
     from expkit.timing import telemetry
 
     tids = set(fork_safety._TIDS_AT_IMPORT)

@@ -106,7 +106,7 @@ def test_a_replicates_pair_counts_the_first_pairs_workers_as_the_runs_own(monkey
     replicates reported the first pair's two workers as "other processes sharing the GPU"."""
     from types import SimpleNamespace
 
-    from expkit.bench.pair import Pair
+    from expkit.bench.sides.pair import Pair
     from expkit.checks import gpu_processes
 
     seen = {}

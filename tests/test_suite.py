@@ -17,14 +17,14 @@ import pytest
 import torch
 
 from expkit.report import session as ses
-from expkit.suites import worker
+from expkit.suites import manifest_process
 from expkit.report import store
 from expkit.core.errors import ConfigError, ExpkitError
 from expkit.suites.launchers import LocalLauncher, visible_gpus
 from expkit.manifest.settings import LauncherSettings
 from expkit.suites.suite import Row, exit_code, expand, is_suite, run_suite
-from expkit.bench.diagnose import diagnose
-from expkit.suites.worker import Job, Outcome
+from expkit.bench.processes.diagnose import diagnose
+from expkit.suites.manifest_process import Job, Outcome
 
 ROOT = Path(__file__).parent.parent
 SUITE = Path(__file__).parent / "data" / "suite"
@@ -176,7 +176,7 @@ def test_cancelled_supervisor_kills_its_worker_and_leaves_no_result(tmp_path):
     cancel.set()
     job = Job(str(SUITE / "hang.yaml"), str(tmp_path / "r"), tuple(FAULTS), timeout=60)
     with pytest.raises(KeyboardInterrupt):
-        worker.supervise(job, "forkserver", cancel=cancel)
+        manifest_process.supervise(job, "forkserver", cancel=cancel)
     assert not (tmp_path / "r" / "result.json").exists()
 
 

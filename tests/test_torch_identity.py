@@ -1,4 +1,4 @@
-"""The torch callable identity audit (bench/tamper.py) and the mode stacks (checks/global_state.py).
+"""The torch callable identity audit (bench/defences/tamper.py) and the mode stacks (checks/global_state.py).
 
 A candidate that replaces a torch function the harness or the baseline calls, or pushes
 a torch function mode that never pops, is seen at the next check.
@@ -11,7 +11,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from expkit.bench import tamper
+from expkit.bench.defences import tamper
 from expkit.checks.global_state import snapshot_state, state_changes
 
 

@@ -1,4 +1,4 @@
-"""Tensors between worker processes by descriptor (expkit/bench/transport.py)."""
+"""Tensors between worker processes by descriptor (expkit/bench/processes/transport.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from expkit.bench.transport import PREFIX, SHM_DIR, Exporter, Importer, pack, unpack
+from expkit.bench.processes.transport import PREFIX, SHM_DIR, Exporter, Importer, pack, unpack
 
 
 def _sums(q_in, q_out):
@@ -58,7 +58,7 @@ def test_a_placed_tensor_is_exported_without_a_copy():
     lambda: torch.arange(60) % 3 == 0,  # bool
 ], ids=["dense", "permuted", "offset", "strided", "bool"])
 def test_placing_keeps_values_layout_and_a_fresh_version(monkeypatch, make):
-    from expkit.bench import transport
+    from expkit.bench.processes import transport
 
     monkeypatch.setattr(transport, "WRITE_CHUNK", 7)  # many short writes, the last one partial
     t = make()

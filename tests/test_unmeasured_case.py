@@ -9,7 +9,7 @@ from pathlib import Path
 
 from expkit import runner
 from expkit.api.result import Result
-from expkit.bench import replicates as rep
+from expkit.bench.sides import replicates as rep
 from expkit.verdict.rules import INCONCLUSIVE, REFUTED, SUPPORTED, decide
 from expkit.verdict.stats import Estimate, SideSummary
 

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 import torch
 
-from expkit.bench.in_process import preflight_in_process
+from expkit.bench.sides.in_process import preflight_in_process
 from expkit.checks import preflight
 from expkit.manifest.settings import OracleSettings
 from sides import load_sides
@@ -123,7 +123,7 @@ def test_what_the_probe_shifted_is_the_baselines_word_not_the_candidates():
     trial: the parent takes the list from the baseline's worker, which builds the same inputs."""
     from types import SimpleNamespace
 
-    from expkit.bench.trial import correctness_trial
+    from expkit.bench.sides.trial import correctness_trial
     from expkit.checks.preflight import CaseRun
 
     c = _Worker(trial_inputs={"inputs": [], "positions": [0], "probed": []},

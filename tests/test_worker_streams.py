@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from expkit.bench import worker
+from expkit.bench.sides import worker
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")

@@ -45,7 +45,7 @@ settings" in docs/manifest.md), never the claim. As keyword arguments: ``measure
 as they are, before the keyword arguments (which therefore win).
 
 Modules: :mod:`.result` (``Result`` and its parts), :mod:`.manifests` (Python manifests
-as YAML data), :mod:`.references` (callables as ``module:qualname``), :mod:`.settings`
+as YAML data), :mod:`.references` (callables as ``module:qualname``), :mod:`.overrides`
 (keyword settings as overrides); :func:`run` and :func:`load` live here.
 """
 
@@ -61,7 +61,7 @@ from ..core.errors import ExpkitError
 from .manifests import ManifestLike, Prepared, claim_manifest, manifest_dict, prepare, write_manifest
 from .references import DICT_SOURCE, reference
 from .result import CaseResult, Overall, Result, SideTime
-from .settings import settings_overrides
+from .overrides import settings_overrides
 
 #: ``progress(case, rounds, width, budget_left)``, called once a round (``timing.measure.ProgressFn``).
 ProgressFn = Callable[[str, int, Optional[float], float], None]

@@ -17,7 +17,7 @@ import torch
 #: enough kernel launches that the check runs at memory bandwidth.
 CHUNK = 1 << 24
 #: On the host: float64 temporaries of 8 MiB, under the workers' mmap threshold
-#: (``bench/allocator.py``), so the scratch a check adds stays small and comes from heap
+#: (``bench/processes/allocator.py``), so the scratch a check adds stays small and comes from heap
 #: pages already mapped. Time does not decide it: a benchmark of the chunk size found no
 #: consistent difference between 64 Ki and 16 Mi elements on the 2-core CPU
 #: (evidence/README.md).

@@ -10,7 +10,7 @@ The digest is *keyed*: a plain checksum can be restored by a candidate that chan
 two elements so that their changes cancel; a digest with a secret per-run key cannot
 be steered without the key, and the key never enters the candidate's process (the
 baseline's worker, which judges, computes every digest of the candidate's tensors
-through shared memory; see :mod:`expkit.bench.transport`).
+through shared memory; see :mod:`expkit.bench.processes.transport`).
 
 Two algorithms, chosen by where the tensor lives:
 

@@ -17,7 +17,7 @@ outside, through the kernel, where a worker's code cannot reach:
   cores; honest candidates at two threads were `invalid` before that was allowed:
   evidence/README.md). One that computed beyond that while
   its sibling was timed competed with it for the machine. With the freeze (the default,
-  ``bench/freeze.py``) the idle worker is stopped while the other side is timed: it spends
+  ``bench/defences/freeze.py``) the idle worker is stopped while the other side is timed: it spends
   nothing, and the pool's allowance is given only where the run turns the freeze off
   (inside it a thread of the candidate's that computed only then was `supported`).
 - **Stops**, two ways. The kernel tells a parent when its child was stopped or continued
@@ -32,7 +32,7 @@ outside, through the kernel, where a worker's code cannot reach:
 - **Priority**: each side's scheduling policy and nice, read after each of its requests,
   against the run's (a process may lower another's of its user; `sibling_nice`): the
   parent's, with ``SCHED_BATCH`` where the workers relay on the parent's cores
-  (``bench.cores.relay_quietly``).
+  (``bench.processes.cores.relay_quietly``).
 
 The CPU time is watched in CPU runs only: a GPU worker's own driver and CUPTI threads
 work between its requests, and what slows a GPU side's kernels is work on the GPU
@@ -115,7 +115,7 @@ def count_continues() -> None:
     The handler restarts the system call it interrupts (``SA_RESTART``): the kernel may run
     it on any thread, and a GNU OpenMP pool thread whose futex wait failed with ``EINTR``
     spins afresh, 10-20 ms on a core. With the parent stopping and continuing each idle
-    worker around every block (``bench/freeze.py``), the harness's own pool in the
+    worker around every block (``bench/defences/freeze.py``), the harness's own pool in the
     baseline's worker spun into its timed blocks that way: honest candidates on the
     16-core H100 host were `invalid` (`resources`, 1.5-1.9 cores at ``cpu_threads=1``,
     evidence/README.md)."""
@@ -153,7 +153,7 @@ class WorkerWatch:
     stops and priorities are watched either way). Each side's priority (its main
     thread's scheduling policy and nice: the thread that times its calls) is read after
     each of its requests and held against ``expected``: the parent's, which a worker
-    inherits, or the policy the relay gave both (``bench.case_sides``). ``pool_cores``:
+    inherits, or the policy the relay gave both (``bench.sides.case_sides``). ``pool_cores``:
     the cores an idle worker's own thread pool may spin (``measure.cpu_threads - 1``),
     allowed beyond :data:`IDLE_CORES_LIMIT`.
     ``read``, ``events`` and ``priority`` are the seams for tests."""

@@ -1,8 +1,8 @@
 """Preflight: seconds of checks before minutes of measurement -- the parts that run inside one side.
 
 The protocol between the two sides, each in its own process, is
-:class:`expkit.bench.pair.Pair`; the judging in the baseline's process is
-:mod:`expkit.bench.judge`. What they share is here:
+:class:`expkit.bench.sides.pair.Pair`; the judging in the baseline's process is
+:mod:`expkit.bench.sides.judge`. What they share is here:
 
 * the cases the preflight runs (:func:`expand_cases`): the declared ones and awkward
   sizes for the manifest's free dimensions (:func:`edge_sizes`);

@@ -217,7 +217,7 @@ def cmd_suite(args: argparse.Namespace, paths: List[str], overrides: List[str]) 
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from ..suites.kernelbench import write_manifests
+    from ..suites.kernelbench_import import write_manifests
 
     written, orphans = write_manifests(args.dir, args.out, device=args.device, precision=args.precision,
                                        speedup=args.speedup, tolerance=args.tolerance, free=args.free,
@@ -236,7 +236,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     """A whole generation run: see ``suites/audit.py``; exit 0 once every candidate has a record."""
     from ..suites.audit import run_audit
     from ..suites.suite import stderr_log
-    from ..report.audit import terminal_summary
+    from ..report.audit_report import terminal_summary
 
     paths = [w for w in args.paths if "=" not in w]
     overrides = [w for w in args.paths if "=" in w]

@@ -19,7 +19,7 @@ expkit's own defences apply on top, unchanged. Case ``params`` override the prob
 globals while ``get_inputs()`` runs, so ``kernelbench.free: [batch_size]`` also runs the
 preflight's awkward sizes. A problem file that does not import or lacks its names is a manifest
 error (exit 2); a solution that does not import or lacks ``ModelNew`` fails as a candidate.
-``expkit import kernelbench DIR`` writes one manifest per pair (:mod:`expkit.suites.kernelbench`).
+``expkit import kernelbench DIR`` writes one manifest per pair (:mod:`expkit.suites.kernelbench_import`).
 """
 
 from __future__ import annotations

@@ -128,17 +128,17 @@ class DefenceSettings:
     the parent's before a block is flagged. ``start_method``: ``auto`` (fork the parent
     when that is safe, else the fork server), ``forkserver`` (workers fork from a server
     that has torch imported), ``spawn`` (a fresh interpreter each) or ``fork`` (for a
-    parent known to have run no torch op and started no thread); see ``bench/endpoint.py``.
+    parent known to have run no torch op and started no thread); see ``bench/sides/endpoint.py``.
     ``pin_cores``: on the CPU, while a case's blocks are timed, the parent and both workers
     wait on the same ``measure.cpu_threads`` cores, so that handing a block from one process
     to the next is not a wake-up on another core, and the workers' main threads relay as
     ``SCHED_BATCH`` threads, which do not preempt the parent when its request wakes them
-    (``bench/cores.py``). ``confine``: the
+    (``bench/processes/cores.py``). ``confine``: the
     candidate's worker enters a Landlock domain before its code is imported, so that it can
     neither trace, open the memory of, nor (Linux 6.12+) signal any process outside it
-    (``bench/confine.py``); off only to test what the watch sees without it, or to debug.
+    (``bench/defences/confine.py``); off only to test what the watch sees without it, or to debug.
     ``freeze``: while one side's blocks are timed, the other side's worker is stopped
-    (``SIGSTOP``), so that nothing of it runs beside them (``bench/freeze.py``); off only to
+    (``SIGSTOP``), so that nothing of it runs beside them (``bench/defences/freeze.py``); off only to
     test what the watch sees without it.
     """
 

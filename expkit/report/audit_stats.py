@@ -1,6 +1,6 @@
 """The summary of an audit: KernelBench's measures with intervals, and claims set against them.
 
-Pure functions of the records :mod:`expkit.report.audit` reads (``candidates.jsonl``).
+Pure functions of the records :mod:`expkit.report.audit_report` reads (``candidates.jsonl``).
 KernelBench's measures (``src/kernelbench/score.py``, ``scripts/benchmark_eval_analysis.py``):
 ``fast_p`` is the fraction of units correct **and** faster than p, over all units; the
 geometric-mean speedup is over the correct units only; the correctness rate is correct over

@@ -1,7 +1,7 @@
 """The report's "Harness memory" section: the memory plan and what each side measured.
 
-From ``result.json``'s ``memory`` (the plan of ``bench/memory.py`` and, since
-result.json 4, ``measured`` from ``bench/ledger.py``). The plan is a projection from one
+From ``result.json``'s ``memory`` (the plan of ``bench/sides/memory_plan.py`` and, since
+result.json 4, ``measured`` from ``bench/sides/ledger.py``). The plan is a projection from one
 plain call's bytes; the measured peaks are each side's worker's own, largest over the
 run's pairs of workers: on a GPU torch's allocator (tensors, and what it held from the
 device), on the host the resident set. Neither counts the CUDA context (about half a

@@ -174,7 +174,7 @@ def _defences(result: Mapping[str, Any]) -> Optional[str]:
 
 
 def _commitments(per_case: Mapping[str, Any]) -> str:
-    """The late pick (``bench/commit.py``): how many of the candidate's timed calls could be
+    """The late pick (``bench/defences/commit.py``): how many of the candidate's timed calls could be
     picked for the recheck, and what the memory plan's reservoir left out."""
     calls = sum(int(c.get("calls", 0)) for c in per_case.values())
     held = sum(int(c.get("held", 0)) for c in per_case.values())
@@ -187,7 +187,7 @@ def _commitments(per_case: Mapping[str, Any]) -> str:
 
 
 def _outside_clock(per_case: Mapping[str, Any]) -> str:
-    """The parent's clock against the candidate's own figures (``bench/outside_clock.py``)."""
+    """The parent's clock against the candidate's own figures (``bench/defences/outside_clock.py``)."""
     judged = {k: v for k, v in per_case.items() if "excess_s" in v}
     if not judged:
         return "the parent's clock had too few requests to judge the candidate's figures"
@@ -198,7 +198,7 @@ def _outside_clock(per_case: Mapping[str, Any]) -> str:
 
 
 def _confinement(c: Optional[Mapping[str, Any]]) -> str:
-    """What the candidate's worker could not reach (``bench/confine.py``), in words."""
+    """What the candidate's worker could not reach (``bench/defences/confine.py``), in words."""
     if not c:
         return "candidate's worker not confined"
     if not c.get("trace"):

@@ -26,7 +26,7 @@ result.json history (``schema_version``):
   4 -- adds ``memory.measured`` (issue 19): per side (``baseline``, ``candidate``), each
        request's count, seconds and peak memory over the run's workers (``peaks``: the
        largest of each kind and the request it happened in; ``requests``: per request
-       name), from ``bench/ledger.py``; and ``memory`` in a run that ended before its
+       name), from ``bench/sides/ledger.py``; and ``memory`` in a run that ended before its
        plan (exit 5) holds the measured figures with null plan fields. Upgrading a 3
        sets ``memory.measured`` to null where ``memory`` is an object. Each request's
        ``held_allocated`` (GPU bytes allocated as it began, the largest over its
@@ -37,15 +37,15 @@ result.json history (``schema_version``):
        ``case_threads_ran`` there (threads each on a CPU for a tenth or more of the
        case's timed blocks, ``checks/activity.py``), and ``defences.relay_policy`` (a
        pinned CPU relay's worker policy, ``SCHED_BATCH`` or ``the parent's``; absent where
-       nothing was pinned, ``bench/cores.py``).
+       nothing was pinned, ``bench/processes/cores.py``).
   5 -- adds ``measured.unmeasured`` (issue 51): every declared case with no estimate
        (every round lost a side to the telemetry's flags), case -> why. Such a case is
        judged ``inconclusive`` with that reason (``verdict.rules.decide``) and listed in the
        report's table. Upgrading a 4 sets it to ``{}``: before 5 such a case was left out.
        Also new in 5, optional: ``defences.commitments`` (per case: the candidate's judged
        blocks, those that held a reservoir, calls run and outputs held for the late pick,
-       ``bench/commit.py``) and ``defences.outside_clock`` (per case: the parent's clock
-       against the candidate's figures, ``bench/outside_clock.py``; absent on a GPU or
+       ``bench/defences/commit.py``) and ``defences.outside_clock`` (per case: the parent's clock
+       against the candidate's figures, ``bench/defences/outside_clock.py``; absent on a GPU or
        undefended run, where nothing was bounded).
 samples.csv history (column ``schema_version``):
   1 -- case, side, round, position, number, seconds, t_start, t_end, flagged.

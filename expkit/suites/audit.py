@@ -14,8 +14,8 @@ KernelBench run) run by one worker process through the suite's launchers
 or SLURM), so a candidate that does not compile, crashes, hangs past the time limit
 or runs out of memory is a row of the table, never the end of the audit. As each
 attempt ends, one JSON record is appended to ``candidates.jsonl``
-(:func:`expkit.report.audit.record`); every attempt keeps its run folder and report.
-At the end ``audit.md`` (:mod:`expkit.report.audit`) gives KernelBench's summary with
+(:func:`expkit.report.audit_report.record`); every attempt keeps its run folder and report.
+At the end ``audit.md`` (:mod:`expkit.report.audit_report`) gives KernelBench's summary with
 intervals, the not-correct candidates by reason and, with ``--claims``, the run's own
 figures against the measurements.
 
@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..core.errors import ExpkitError
-from ..report import audit as rep
-from .worker import DONE, Job, Outcome
+from ..report import audit_report as rep
+from .manifest_process import DONE, Job, Outcome
 
 KERNEL_FILE = re.compile(r"^level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py$")
 #: Presets from the cheapest; an inconclusive candidate moves one step up per retry.
@@ -123,7 +123,7 @@ def kernelbench_candidates(run_dir: Path, manifests: Path, *, problems: Optional
     """Write one manifest per generated kernel; returns the candidates, the kernels with no
     problem file, the problems with no kernel, and the problems' folder(s)."""
     from ..report.store import atomic_write
-    from .kernelbench import Pair, manifest_text
+    from .kernelbench_import import Pair, manifest_text
 
     run_dir = Path(run_dir)
     found = sorted((tuple(int(g) for g in m.groups()), p) for p in run_dir.iterdir()

@@ -1,9 +1,9 @@
 """Where the workers of a suite run: this machine's GPUs, or a SLURM cluster.
 
-A launcher takes the suite's jobs (:class:`expkit.suites.worker.Job`) and reports each
-one's :class:`expkit.suites.worker.Outcome` through ``on_done`` as it finishes, in the
+A launcher takes the suite's jobs (:class:`expkit.suites.manifest_process.Job`) and reports each
+one's :class:`expkit.suites.manifest_process.Outcome` through ``on_done`` as it finishes, in the
 calling thread, so the suite can record it in the session at once. Both launchers
-run every manifest through :func:`expkit.suites.worker.supervise`, so a crash, a hang or a
+run every manifest through :func:`expkit.suites.manifest_process.supervise`, so a crash, a hang or a
 kill is diagnosed the same way wherever it happens.
 
 ``local`` (:class:`LocalLauncher`, the default)
@@ -42,7 +42,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Sequenc
 
 from ..core.errors import ConfigError
 from ..manifest.settings import LauncherSettings
-from .worker import ERROR_STATUS, Job, Outcome, supervise, warm_up
+from .manifest_process import ERROR_STATUS, Job, Outcome, supervise, warm_up
 
 OnStart = Callable[[Job], None]
 OnDone = Callable[[Job, Outcome], None]

@@ -3,7 +3,7 @@
 ``expkit run PATH`` with a folder (its ``*.yaml``/``*.yml`` files, not its
 subfolders), a glob (``'manifests/**/*.yaml'``, quoted so that expkit expands it,
 ``**`` included) or several paths runs each manifest in its own worker process
-(:mod:`expkit.suites.worker`), placed by a launcher (:mod:`expkit.suites.launchers`: this
+(:mod:`expkit.suites.manifest_process`), placed by a launcher (:mod:`expkit.suites.launchers`: this
 machine's GPUs, or SLURM), into one session folder (:mod:`expkit.report.session`):
 ``session.json``, ``session.md`` and one run folder per manifest, each what a single
 ``expkit run --out`` writes plus the worker's ``job.json``, ``worker.stdout`` and
@@ -17,7 +17,7 @@ What a suite does with each kind of failure, so that none loses another's result
   run folder and a line in ``session.json`` (status ``crashed``, the message as its
   note), no result.json, and the others go on.
 * A worker that crashes, hangs past ``launcher.timeout_seconds`` or is killed gets
-  an **invalid** result written for it, naming the cause (see ``worker.py``).
+  an **invalid** result written for it, naming the cause (see ``manifest_process.py``).
 * A suite interrupted (Ctrl-C, SIGTERM) kills its running workers and keeps every
   finished run; ``expkit run --resume SESSION_DIR`` runs only the runs that have no
   result.json -- unfinished, interrupted or errored (fix the manifest, then resume).
@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..core.errors import ConfigError, ExpkitError
-from .worker import DONE, RESULT, Job, Outcome
+from .manifest_process import DONE, RESULT, Job, Outcome
 
 SUITE = "suite.json"
 SUITE_SCHEMA_VERSION = 1

@@ -106,7 +106,7 @@ ProgressFn = Callable[[str, int, Optional[float], float], None]
 
 def _warm_up(fn: Callable[[], Any], seconds: float, clock: Callable[[], float]) -> None:
     warm = getattr(fn, "warm_up", None)
-    if warm is not None:  # a side that runs elsewhere (bench.envelope.SideFn) warms up where it runs
+    if warm is not None:  # a side that runs elsewhere (bench.defences.envelope.SideFn) warms up where it runs
         warm(seconds)
         return
     fn()  # at least once: first-call costs (allocation, autotuning, lazy init) stay out

@@ -28,7 +28,7 @@ class PerCallTimer:
     in ``last_untimed`` for the parent's envelope check. Two clock reads per call
     (tens of nanoseconds each on Linux) are the price; they fall inside the span.
     ``clock`` should be bound before any code under test is imported (the bench passes
-    its own, ``bench.clock.CLOCK``).
+    its own, ``bench.defences.clock.CLOCK``).
     """
 
     method = ("cpu: time.perf_counter around each call; inputs made fresh before each call "

@@ -134,7 +134,7 @@ def end_to_end(verdict: Verdict, result: Any) -> Verdict:
     Invalid stays invalid. Otherwise the worse of the kernel's verdict and the
     workload's (refuted > inconclusive > supported), the workload's reason first where
     it decided or shares the outcome. Without a claim on the workload (``result.judged``
-    None): unchanged. ``result``: the workload's result (``workload.judge.EndToEndResult``)."""
+    None): unchanged. ``result``: the workload's result (``workload.assess.EndToEndResult``)."""
     if verdict.verdict == INVALID or result.judged is None:
         return verdict
     words = (verdict.verdict, result.judged.verdict)

@@ -15,8 +15,8 @@ holds the two results against each other (a manifest's ``end_to_end:`` block).
 * :mod:`.utilisation` -- NVML's GPU utilisation while each side runs alone.
 * :mod:`.collect` -- one side's workload: :class:`Workload` (what a builder returns,
   re-exported here and by ``expkit``), building it, timing it, its evidence; the
-  parent's half that asks both sides' workers is :mod:`expkit.bench.workload_side`.
-* :mod:`.judge` -- the parent's half: estimate, prediction, comparison, verdict.
+  parent's half that asks both sides' workers is :mod:`expkit.bench.sides.workload_pair`.
+* :mod:`.assess` -- the parent's half: estimate, prediction, comparison, verdict.
 
 The report's "End to end" section is rendered from the stored block by
 :mod:`expkit.report.workload`; nothing here formats a report.

@@ -5,7 +5,7 @@
 :class:`WallTimer` times whole runs; :class:`SideEvidence` is what one side's workload
 did beyond its time. Each side's workload runs in that side's worker process; the
 parent's half of the comparison, which asks each side for these and judges, is
-:func:`expkit.bench.workload_side.collect_pair`, and :func:`.judge.judge` turns its raw
+:func:`expkit.bench.sides.workload_pair.collect_pair`, and :func:`.assess.judge` turns its raw
 samples into the estimate, the prediction and the verdict.
 
 Checks before any timing: both workloads' final outputs agree (the manifest's

@@ -111,7 +111,7 @@ GENERAL = ("inner_reach", "copy_reach", "tf32_einsum", "fp16_softmax", "mode_sta
 #: (the default, on Linux 6.12+) its signals never reach the baseline (see
 #: test_cheats_that_stop_the_baselines_worker_are_refused_by_the_confinement).
 UNCONFINED = ("defences.confine=false",)
-#: The watch's rows act while the baseline is timed, which the freeze (bench/freeze.py)
+#: The watch's rows act while the baseline is timed, which the freeze (bench/defences/freeze.py)
 #: prevents by stopping the candidate's worker then: they run without it, to test the watch
 #: behind it (test_a_candidate_that_computes_while_its_baseline_is_timed_earns_nothing).
 UNFROZEN = ("defences.freeze=false",)
@@ -119,10 +119,10 @@ NEEDS = {"batch_then_skip": ("measure.max_seconds=2.0",), "sibling_stop": UNCONF
          "idle_spin_cores": UNFROZEN, "sibling_affinity": ("measure.cpu_threads=2",),
          "idle_spin_pool": ("measure.cpu_threads=2",)}
 
-#: Cheats refused outright rather than caught: the candidate's confinement (bench/confine.py)
+#: Cheats refused outright rather than caught: the candidate's confinement (bench/defences/confine.py)
 #: refuses ``sibling_trace``'s tracing, which leaves nothing the parent's watch reads (a stop
 #: under a tracer is reported to the tracer; no SIGCONT ends it); the baseline's affinity
-#: guard (bench/affinity_guard.py) undoes ``sibling_affinity``'s narrowing before each block
+#: guard (bench/defences/affinity_guard.py) undoes ``sibling_affinity``'s narrowing before each block
 #: request, and names one made while a block ran.
 #: The freeze stops the candidate's worker while the baseline is timed: ``idle_spin_pool``'s
 #: thread, inside the allowance the watch gives an idle pool's spin, computes nothing then.
@@ -259,7 +259,7 @@ def test_cheats_that_stop_the_baselines_worker_are_refused_by_the_confinement(na
     1.5x claim. Unconfined the same cheat reaches the baseline's worker: `sibling_trace`
     came out `supported` at 2.36-2.54x that way, where the watch sees nothing
     (evidence/defences/confine/README.md)."""
-    from expkit.bench.confine import landlock_abi
+    from expkit.bench.defences.confine import landlock_abi
 
     if landlock_abi() < abi:
         pytest.skip(f"this kernel's Landlock ABI is {landlock_abi()}; the confinement needs {abi} for this")
@@ -281,7 +281,7 @@ def test_a_candidate_that_moves_the_baselines_threads_onto_one_core_earns_nothin
     """At measure.cpu_threads=2 a thread of the candidate's moved each thread of the baseline's
     worker onto one core: `supported` at 4.2-5.4x from an honest 1.0x before the baseline's
     worker gave its threads their cores back before each block request and named a thread
-    narrowed while it ran (bench/affinity_guard.py; evidence/defences/confine)."""
+    narrowed while it ran (bench/defences/affinity_guard.py; evidence/defences/confine)."""
     out = run("sibling_affinity", tmp_path)
     got = reason_checks(out.result)
     assert out.verdict != "supported", out.result["reasons"]
@@ -293,7 +293,7 @@ def test_a_candidate_that_computes_while_its_baseline_is_timed_earns_nothing(nam
     """Threads of the candidate's compute only while the baseline is timed. One thread at
     measure.cpu_threads=2 stays inside the spin the watch allows an idle pool: it was
     `supported` at 3.5-4.4x from an honest 1.0x before the candidate's worker was stopped
-    while its baseline is timed (bench/freeze.py; evidence/defences/freeze). The
+    while its baseline is timed (bench/defences/freeze.py; evidence/defences/freeze). The
     freeze stops every thread of it: the watch reads nothing of its CPU time in the
     baseline's blocks, and the cheat earns what its honest addmm earns."""
     cfg = tuple(a for a in NEEDS.get(name, ()) if a not in UNFROZEN)  # the freeze on, as shipped
@@ -549,7 +549,7 @@ GPU_BAD: Dict[str, Tuple[str, FrozenSet[str]]] = {
     # on a GPU its stops and priority are watched, not its CPU time)
     "sibling_stop": ("invalid", frozenset({"interference"})),
     # issue #49: the full product under the profiler, half of it on timed calls
-    # (adv_gpu_launches.py): the per-call launch check (bench/launches.py), the recorder's seal
+    # (adv_gpu_launches.py): the per-call launch check (bench/sides/launches.py), the recorder's seal
     "launch_profiler_aware": ("invalid", frozenset({"launches"})),
     "launch_forged_grid": ("invalid", frozenset({"tamper"})),
     "launch_stopped_recorder": ("invalid", frozenset({"launches"})),

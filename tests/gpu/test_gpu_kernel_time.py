@@ -300,11 +300,11 @@ def test_kinds_kept_enabled_between_blocks_keep_each_blocks_kernel_time_and_clos
 
 @pytest.mark.parametrize("cold", [True, False])
 def test_each_timed_calls_launches_match_the_profiled_calls(cold):
-    """The per-call launch check's honest case (bench/launches.py): CUPTI's records of every
+    """The per-call launch check's honest case (bench/sides/launches.py): CUPTI's records of every
     timed call, names demangled, carry the kernels, grids and blocks torch.profiler showed for
     one call of the same op on inputs of the same shapes; the L2 flush and the hold are not
     among them."""
-    from expkit.bench.launches import as_launches, missing
+    from expkit.bench.sides.launches import as_launches, missing
     from expkit.checks.identity import kernel_row
     from expkit.checks.recording import capture
     from expkit.timing.cupti_recorder import open_recorder

@@ -16,7 +16,7 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
-from expkit.bench.serve import Server  # noqa: E402
+from expkit.bench.sides.serve import Server  # noqa: E402
 
 
 @pytest.mark.parametrize("request_name", ["finish_preflight", "finish_case", "profile"])
@@ -33,7 +33,7 @@ def test_the_caching_allocators_free_blocks_go_back_after_preflight_profile_and_
 
 
 def test_the_ledger_reads_each_requests_device_peak():
-    """bench/ledger.py: a request that makes and frees a 1 GiB tensor peaks at 1 GiB in
+    """bench/sides/ledger.py: a request that makes and frees a 1 GiB tensor peaks at 1 GiB in
     both figures, and the next request's peak starts from what is held, not from it."""
     def call():
         torch.empty(1 << 28, device="cuda").fill_(1.0)
@@ -110,7 +110,7 @@ def test_the_candidates_exported_tensors_are_freed_once_the_judge_is_done(elemen
     assert reqs["trial_inputs"]["held_allocated"] <= 2.5 * gib, reqs["trial_inputs"]
     assert reqs["prepare"]["held_allocated"] < 0.5 * gib, reqs["prepare"]
     # One input set (1 GiB), the committed output and the one being made (1 GiB each) while
-    # timed: the parent picks the call to re-check after the reply (bench/commit.py).
+    # timed: the parent picks the call to re-check after the reply (bench/defences/commit.py).
     assert reqs["block"]["peak_allocated"] <= 3.5 * gib, reqs["block"]
 
 

@@ -25,7 +25,7 @@ def _python(code: str, *args: str, timeout: float = 120) -> str:
 
 
 def test_the_driver_says_whether_this_process_initialised_it():
-    code = ("from expkit.bench import fork_safety as f; before = f.cuda_initialised(); import torch; "
+    code = ("from expkit.bench.processes import fork_safety as f; before = f.cuda_initialised(); import torch; "
             "torch.cuda.is_available(); print(before, f.cuda_initialised(), f._driver_loaded() is not None)")
     assert _python(code) == "False True True"
 
@@ -47,7 +47,7 @@ def test_an_api_run_from_a_script_that_imported_the_bench_first_forks_its_worker
     """``expkit.api.run`` in a script whose first import is ``expkit.bench``: pandas, loaded
     by the run after the bench counted its threads, brought pyarrow's jemalloc thread
     (fork_safety_2ea6229.txt)."""
-    code = ("import json, sys; from expkit.bench import endpoint; from expkit import api; "
+    code = ("import json, sys; from expkit.bench.sides import endpoint; from expkit import api; "
             "api.run(sys.argv[1], out=sys.argv[2], overrides=['measure=quick'], plots=False); "
             "d = json.load(open(sys.argv[2] + '/result.json'))['defences']; "
             "print(json.dumps([d['start_method'], sorted(set(d['replicate_start_methods']))]))")
@@ -60,9 +60,9 @@ def test_a_gpu_runs_preload_imports_cupti_and_caches_tritons_key_without_initial
     """Each GPU worker paid 0.19-0.21 s importing cupti-python and each Triton candidate's
     0.40 s hashing Triton's installation (evidence/harness-cost/gpu-worker-preload); the process the
     workers fork from now does both once, and stays fit to fork from."""
-    code = ("import sys; from expkit.bench import endpoint as e, fork_safety as f; e.warm_up_forkserver('auto', 'cuda'); "
+    code = ("import sys; from expkit.bench.sides import endpoint as e; from expkit.bench.processes import fork_safety as f; e.warm_up_forkserver('auto', 'cuda'); "
             "import torch; from triton.runtime.cache import triton_key; "
-            "from expkit.bench.gpu_preload import WARMED; "
+            "from expkit.bench.processes.gpu_preload import WARMED; "
             "print('cupti.cupti' in sys.modules, triton_key.cache_info().currsize, torch.cuda.is_initialized(), "
             "f.cuda_initialised(), f.fork_is_safe(), sorted(k for k, v in WARMED.items() if isinstance(v, float)))")
     assert _python(code) == "True 1 False False True ['cupti', 'triton_key']"

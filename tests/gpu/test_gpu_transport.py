@@ -1,4 +1,4 @@
-"""CUDA tensors across a process boundary (expkit/bench/transport.py), on the GPU.
+"""CUDA tensors across a process boundary (expkit/bench/processes/transport.py), on the GPU.
 
 torch frees an exported CUDA tensor in the producer only when every consumer has
 counted it down. These tests hold the producer's allocated bytes to what is alive."""
@@ -11,7 +11,7 @@ import multiprocessing as mp
 import pytest
 import torch
 
-from expkit.bench.transport import Exporter, Importer, collect_sent
+from expkit.bench.processes.transport import Exporter, Importer, collect_sent
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -35,7 +35,7 @@ def install(*args: Any, **kwargs: Any) -> None:
 def _in_block() -> bool:
     f = sys._getframe(2)
     while f is not None:
-        if f.f_code.co_name == "block" and f.f_globals.get("__name__") == "expkit.bench.side":
+        if f.f_code.co_name == "block" and f.f_globals.get("__name__") == "expkit.bench.sides.side":
             return True
         f = f.f_back
     return False

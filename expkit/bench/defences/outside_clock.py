@@ -1,0 +1,126 @@
+"""The parent's clock bounds a side's own figure (check ``timer``): nothing taken on its word.
+
+A worker reports how long its calls took (``timed``) and how long the harness's work
+around them took (``untimed``, ``commit``, ``checks``). The candidate's code runs in its
+worker's interpreter, so those figures are the candidate's to change: a reply can carry
+a smaller ``timed`` and a larger ``untimed``, and work can be moved out of the timed
+spans into the harness's own. The parent, where no candidate code runs, times every
+block request from send to reply (its *envelope*, all of the request's work inside).
+
+The floor is calibrated without the candidate: the baseline's worker runs the same
+harness around calls on inputs of the same shapes (the digests too, the outputs having
+the baseline's shapes), so its own account of the harness's work per call (everything
+its calls' spans and their commitments took beyond the timed seconds) is what each
+candidate call may cost beyond its timed span. The baseline's code is the reference the
+claim is made against, not the party under test, so its worker's accounts are taken as
+they are: each baseline request's *fixed* seconds are
+
+    envelope - reported timed - its own harness seconds,
+
+the request's checks, the channel and the wake-ups. The candidate's requests are read
+with the baseline's floor instead of their own account; each candidate request's *gap* is
+
+    envelope - reported timed - calls x the baseline's harness seconds a call,
+
+and an honest candidate's gap is the same fixed part. The baseline's fixed part is its
+own figure, not one rebuilt from the floor: a baseline of hundreds of short calls a
+request made the floor's error hundreds of times over, which on a loaded 2-core host
+made an honest candidate ``invalid`` (``evidence/usability/busy-host-suite/``).
+
+Wake-ups come in bursts on a loaded host and only ever add time, while time a reply no
+longer reports is missing from every request, so the two sides are compared by the lower
+quartiles (``QUANTILE``) of the candidate's gaps and the baseline's fixed parts (a median
+let a third of requests with bursts decide it in seeded fakes): a candidate whose gap
+exceeds the baseline's fixed part by more than ``max(CLOCK_ABS_S, CLOCK_REL x its median
+timed seconds a request) + HARNESS_REL x its median calibrated harness seconds a
+request`` reported less time than the parent's clock allows, and the run is ``invalid``
+with both figures in the reason. The last term is the calibration's own error: an
+honest candidate's own garbage and its effect on the caches land in the harness's part.
+On the 2-core host, quiet and beside one busy process, the honest candidates of the
+adversarial suite and the ``1_leaky_relu_where`` test pair reached at most 0.44 of this
+margin, and the two cheats that move time out of their calls 1.95 times it or more
+(``evidence/defences/outside-clock-load/``). So the clock resolves what
+was moved out of calls that dominate their requests, not out of calls no longer than the
+harness's work around them (``evidence/defences/adaptive-cheats.md``).
+
+Only where a side's figure is host time (a CPU run): a GPU timer's figure is the
+device's, which host time does not bound from below (a launch-bound call's host time
+exceeds its kernels' by design).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Dict, List, Sequence
+
+from ...core.findings import Finding
+
+TIMER = "timer"
+#: Requests a side needs before its gap's quartile means anything.
+MIN_REQUESTS = 6
+#: The quantile of each side's gaps that is compared.
+QUANTILE = 0.25
+#: How far the candidate's median gap may exceed the baseline's: at least this many
+#: seconds, and this fraction of its median timed seconds a request.
+CLOCK_ABS_S = 0.0005
+CLOCK_REL = 0.2
+HARNESS_REL = 0.25
+
+
+@dataclass(frozen=True)
+class RequestClock:
+    """One block request as the parent timed it (``envelope``) and its worker reported it."""
+
+    side: str
+    envelope: float
+    timed: float
+    calls: int
+    harness: float  # the calls' spans and commitments beyond ``timed``, as this worker reported them
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (linear between order statistics)."""
+    xs = sorted(values)
+    at = q * (len(xs) - 1)
+    lo = int(at)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (at - lo)
+
+
+def _per_call_floor(rows: Sequence[RequestClock]) -> float:
+    calls = sum(r.calls for r in rows)
+    return sum(r.harness for r in rows) / calls if calls else 0.0
+
+
+def clock_figures(rows: Sequence[RequestClock]) -> Dict[str, Any]:
+    """The parent's reading of a case's requests (for the evidence and the check)."""
+    base = [r for r in rows if r.side == "baseline"]
+    cand = [r for r in rows if r.side == "candidate"]
+    floor = _per_call_floor(base)
+    gaps = {"baseline": [r.envelope - r.timed - r.harness for r in base],
+            "candidate": [r.envelope - r.timed - r.calls * floor for r in cand]}
+    out: Dict[str, Any] = {"requests": {"baseline": len(base), "candidate": len(cand)},
+                           "floor_per_call_s": floor}
+    if len(base) >= MIN_REQUESTS and len(cand) >= MIN_REQUESTS:
+        out["gap_s"] = {s: _quantile(g, QUANTILE) for s, g in gaps.items()}
+        out["candidate_median_timed_s"] = statistics.median(r.timed for r in cand)
+        out["excess_s"] = out["gap_s"]["candidate"] - out["gap_s"]["baseline"]
+        out["candidate_median_harness_s"] = statistics.median(r.calls * floor for r in cand)
+        out["allowed_s"] = (max(CLOCK_ABS_S, CLOCK_REL * out["candidate_median_timed_s"])
+                            + HARNESS_REL * out["candidate_median_harness_s"])
+    return out
+
+
+def clock_findings(case: str, rows: Sequence[RequestClock]) -> List[Finding]:
+    """``invalid`` where the candidate's reported time is below what the parent's clock allows."""
+    f = clock_figures(rows)
+    if "excess_s" not in f or f["excess_s"] <= f["allowed_s"]:
+        return []
+    cand = f["candidate_median_timed_s"]
+    msg = (f"the candidate's worker reported {cand:.4g} s of timed calls a request (median), but the parent's clock "
+           f"left {f['excess_s']:.4g} s a request more unexplained than the baseline's (lower quartiles of the gaps "
+           f"{f['gap_s']['candidate']:.4g} s against {f['gap_s']['baseline']:.4g} s, after {f['floor_per_call_s'] * 1e6:.3g} us a call of "
+           f"harness work calibrated on the baseline; allowed {f['allowed_s']:.4g} s): time was moved out of the "
+           "timed calls or the worker's figures were changed")
+    return [Finding(TIMER, False, msg, case, figure=f["excess_s"], threshold=f["allowed_s"])]
