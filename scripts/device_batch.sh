@@ -7,7 +7,8 @@
 # kb-audit: KernelBench level 1 at original sizes from .kernelbench/ (git-ignored; carry it), an
 # identity per problem and, for problems up to KB_FULL (default 10), a torch.compile and a wrong one,
 # audited over AUDIT_GPUS for at most KB_AUDIT_SECONDS; the report is written from the records it has.
-# KB_FROM (default 1): the first problem audited (an audit split over device calls).
+# KB_FROM (default 1) and KB_TO (default 100): the first and last problems audited (an audit split
+# over device calls).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -32,7 +33,7 @@ for step in $steps; do
       done
       for f in /tmp/kb/runs/own/level_1_problem_*_kernel.py; do
         p=${f##*problem_}; p=${p%%_*}
-        [ "$p" -lt "${KB_FROM:-1}" ] && rm "$f"
+        { [ "$p" -lt "${KB_FROM:-1}" ] || [ "$p" -gt "${KB_TO:-100}" ]; } && rm "$f"
       done
       CUDA_VISIBLE_DEVICES=${AUDIT_GPUS:-0} timeout "${KB_AUDIT_SECONDS:-480}" python3 -m expkit audit /tmp/kb/runs/own \
         --problems .kernelbench/KernelBench --allow-baseline-ops --timeout 180 --out /tmp/batch/kb-audit --quiet \

@@ -265,3 +265,34 @@ def test_threads_the_parents_nvml_starts_leave_it_fit_to_fork_and_others_do_not(
     tids.add(10**9 + 1)  # a thread started by anything else
     why = fork_safety.fork_unsafe_reason()
     assert why is not None and "1 of them started since torch was imported" in why, why
+
+
+def test_a_thread_nvmls_sampler_starts_during_a_case_leaves_the_parent_fit_to_fork(monkeypatch):
+    """NVML may start its native thread on any call, not only ``nvmlInit``: its sampler
+    calls it all through a case. A thread started while a case's telemetry window is open
+    is tolerated; one started after the window closed is not."""
+    from types import SimpleNamespace
+
+    from expkit.bench.sides import replicates
+
+    tids = set(fork_safety._TIDS_AT_IMPORT)
+    monkeypatch.setattr(fork_safety, "native_thread_ids", lambda: frozenset(tids))
+    monkeypatch.setattr(fork_safety, "_TOLERATED", set())
+    monkeypatch.setattr("threading.active_count", lambda: 1)
+    monkeypatch.setattr(fork_safety, "cuda_initialised", lambda: False)
+
+    class Sampler:
+        def start(self):
+            pass
+
+        def stop(self):
+            tids.add(10**9)  # NVML's thread, started by a sample taken during the case
+            return "log"
+
+    rep = replicates._Replicate(SimpleNamespace(tel=Sampler()), pair=None, r=0)
+    rep._start_window()
+    assert rep._stop_window() == "log"
+    assert fork_safety.fork_unsafe_reason() is None
+    assert rep._stop_window() is None  # a closed window stays closed
+    tids.add(10**9 + 1)
+    assert fork_safety.fork_unsafe_reason() is not None

@@ -7,6 +7,7 @@ findings each pair's workers report when a case or a replicate ends."""
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -168,21 +169,32 @@ class _Replicate:
     def __init__(self, owner: Replicates, pair: Pair, r: int) -> None:
         self.owner, self.pair, self.r = owner, pair, r
         self._sides: Dict[str, Any] = {}
-        self._window = False
+        self._window: Optional[ExitStack] = None
+
+    def _start_window(self) -> None:
+        """Open the case's telemetry window. NVML's sampler thread may start NVML's own
+        native thread on any of its calls, not only at ``nvmlInit``; the window is one
+        :func:`threads_the_child_never_needs` block, so such a thread does not cost a
+        later replicate its fork."""
+        o = self.owner
+        if o.tel is None:
+            return
+        self._window = ExitStack()
+        self._window.enter_context(threads_the_child_never_needs("NVML"))
+        o.tel.start()
 
     def _stop_window(self) -> Any:
         o = self.owner
-        if o.tel is None or not self._window:
+        if o.tel is None or self._window is None:
             return None
-        self._window = False
-        return o.tel.stop()
+        window, self._window = self._window, None
+        with window:
+            return o.tel.stop()
 
     def sides(self, case: str) -> Any:
         o = self.owner
         self._stop_window()  # a case that raised left its window open
-        if o.tel is not None:
-            o.tel.start()
-            self._window = True
+        self._start_window()
         spec = next(c for c in o.lm.manifest.cases if c.name == case)
         self._sides[case] = self.pair.sides(spec, o.run_seed)
         return self._sides[case]
