@@ -8,7 +8,8 @@
 # tree. Each run is `python -m expkit run MANIFEST OVERRIDES defences.enabled=...` from its
 # tree's root (so `expkit` imports from there), timed from the shell. Prints one line a run:
 # round, snapshot, defences, exit status, seconds, verdict. Defaults: 3 rounds, the README's
-# example at measure=quick.
+# example at measure=quick. WAYS (default "true false"): the values of defences.enabled run,
+# "true" alone for the defended command a user types.
 set -uo pipefail
 [ $# -ge 1 ] && [ -d "$1" ] || { echo "usage: bash benchmarks/cli_ab.sh OLD_TREE [ROUNDS] [MANIFEST] [override ...]" >&2; exit 2; }
 OLD=$(cd "$1" && pwd); shift
@@ -24,7 +25,7 @@ echo "|---|---|---|---|---|---|"
 for i in $(seq 1 "$ROUNDS"); do
   for snap in old new; do
     src=$NEW; [ "$snap" = old ] && src=$OLD
-    for on in true false; do
+    for on in ${WAYS:-true false}; do
       d="$OUT/$snap-$on-$i"
       t0=$(date +%s.%N)
       (cd "$src" && "$PY" -m expkit run "$M" --out "$d" "${EXTRA[@]}" "defences.enabled=$on" --quiet >/dev/null 2>&1)

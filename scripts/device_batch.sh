@@ -2,13 +2,17 @@
 # One device call: install the wheels the GPU image lacks, run the GPU tests and the GPU
 # examples, and pack every output into $OUT/batch.tar.gz (the device returns at most 8 files).
 # Usage on the device machine, from the repository root:  bash scripts/device_batch.sh [STEPS...]
-# Steps: tests examples bench suite2 kb-audit (default: tests examples bench; suite2 needs two GPUs).
+# Steps: tests examples bench suite2 kb-audit kb-ab (default: tests examples bench; suite2 needs two GPUs).
 # GPU_TESTS narrows the tests step (default: every test marked gpu); GPUS_TESTS picks its GPU.
 # kb-audit: KernelBench level 1 at original sizes from .kernelbench/ (git-ignored; carry it), an
 # identity per problem and, for problems up to KB_FULL (default 10), a torch.compile and a wrong one,
 # audited over AUDIT_GPUS for at most KB_AUDIT_SECONDS; the report is written from the records it has.
 # KB_FROM (default 1) and KB_TO (default 100): the first and last problems audited (an audit split
 # over device calls).
+# kb-ab: what a change costs a `quick` identity verdict on KernelBench level 1 at original sizes:
+# the problems KB_AB (default 1,40,19) from the tree in .ab-before/ (an older snapshot's expkit/,
+# conf/ and pyproject.toml; carry it) and from this one, alternating, AB_ROUNDS (default 3) rounds
+# (benchmarks/cli_ab.sh); the problems are spread over AB_GPUS (default 0), one list a GPU.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -40,6 +44,26 @@ for step in $steps; do
         2>&1 | tee /tmp/batch/kb-audit.log
       echo "exit code: ${PIPESTATUS[0]}" | tee -a /tmp/batch/kb-audit.log
       [ -f /tmp/batch/kb-audit/audit.md ] || python3 -c 'import sys; from pathlib import Path; from expkit.report import audit_report; print(audit_report.write(Path(sys.argv[1])))' /tmp/batch/kb-audit 2>&1 | tee -a /tmp/batch/kb-audit.log ;;
+    kb-ab)
+      python3 benchmarks/kernelbench_generation_run.py .kernelbench --level 1 --problems "${KB_AB:-1,40,19}" \
+        --out /tmp/kb/runs/ab > /tmp/batch/kb-ab-generate.log 2>&1
+      rm -f /tmp/kb/runs/ab/*_sample_[12]_kernel.py
+      python3 -c 'import sys; from pathlib import Path; from expkit.suites.audit import kernelbench_candidates as k
+k(Path(sys.argv[1]), Path(sys.argv[2]), problems=Path(".kernelbench/KernelBench"), allow_baseline_ops=True)' \
+        /tmp/kb/runs/ab /tmp/kb/ab-manifests >> /tmp/batch/kb-ab-generate.log 2>&1
+      IFS=, read -ra gpus <<< "${AB_GPUS:-0}"; rm -f /tmp/kb/ab-list-*
+      i=0
+      for m in /tmp/kb/ab-manifests/*.yaml; do echo "$m" >> "/tmp/kb/ab-list-$((i % ${#gpus[@]}))"; i=$((i + 1)); done
+      for g in "${!gpus[@]}"; do
+        [ -f "/tmp/kb/ab-list-$g" ] || continue
+        ( while read -r m; do
+            n=$(basename "$m" .yaml)
+            CUDA_VISIBLE_DEVICES=${gpus[$g]} WAYS=true bash benchmarks/cli_ab.sh .ab-before "${AB_ROUNDS:-3}" "$m" measure=quick \
+              > "/tmp/batch/kb-ab-$n.md" 2>&1
+          done < "/tmp/kb/ab-list-$g" ) &
+      done
+      wait
+      (cd .ab-before && python3 -c 'import expkit, sys; print("before tree:", expkit.__file__)') | tee -a /tmp/batch/kb-ab-generate.log ;;
     examples)
       # Each GPU example into one session folder, then the session report.
       for m in manifests/examples/gpu/*.yaml; do
