@@ -26,6 +26,7 @@ from .checks.expectations import unidentified
 from .timing import measure
 from .timing.figures import judged, timing_findings, timing_section
 from .report import run_report, store
+from .report.result import RESULT_SCHEMA_VERSION, RunResult
 from .verdict import stats
 from .core.errors import ExpkitError, OutOfMemoryPlan
 from .core.findings import WARNING, Finding
@@ -41,7 +42,7 @@ class RunOutcome:
     verdict: str
     exit_code: int
     out_dir: Path
-    result: Mapping[str, Any]
+    result: RunResult
 
 
 def default_out_dir(name: str, root: Path = Path("reports")) -> Path:
@@ -214,21 +215,26 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
         end_to_end=e2e, unidentified=unidentified(m.expect, device == "cuda")))
     findings += added  # the host-load and plausibility warnings, the identity note (verdict/pipeline.py)
     wall = time.perf_counter() - t_start
-    result = _result(lm, settings, v, findings, pre, estimates, measured, claims, env, run_seed, started, wall,
-                     _cost(wall, device, env, settings), telemetry_note)
-    result["measured"]["unmeasured"] = dict(unmeasured)
-    result.update(_v2_fields(lm, result, rows, clock_logs, telemetry_note))
+    doc = _result(lm, settings, v, findings, pre, estimates, measured, claims, env, run_seed, started, wall,
+                  _cost(wall, device, env, settings), telemetry_note, unmeasured=unmeasured)
     ledger = pair.evidence.pop("ledger", None)
-    result["defences"] = {"enabled": settings.defences.enabled, **pair.evidence}
-    result["timing"].update(timing_section(measured, keeps))
-    result["memory"] = _memory_section(memory, ledger)
-    result["end_to_end"] = e2e.to_dict() if e2e is not None else None
     stages.mark("judge")
-    result["stages"] = dict(stages.seconds)
-    store.write_samples(out_dir / store.SAMPLES, rows)
-    store.write_json(out_dir / store.RESULT, result)
-    run_report.write(out_dir, plots=plots)
+    result = RunResult.of({
+        **doc, **_v2_fields(lm, doc, rows, clock_logs, telemetry_note),
+        "defences": {"enabled": settings.defences.enabled, **pair.evidence},
+        "timing": {**doc["timing"], **timing_section(measured, keeps)},
+        "memory": _memory_section(memory, ledger),
+        "end_to_end": e2e.to_dict() if e2e is not None else None,
+        "stages": dict(stages.seconds)})
+    _store(out_dir, result, rows, plots)
     return RunOutcome(v.verdict, v.exit_code, out_dir, result)
+
+
+def _store(out_dir: Path, result: RunResult, rows: Sequence[Mapping[str, Any]], plots: bool = True) -> None:
+    """The run folder's files: samples.csv, result.json, and report.md rendered from ``result``."""
+    store.write_samples(out_dir / store.SAMPLES, list(rows))
+    store.write_json(out_dir / store.RESULT, result)
+    run_report.write(out_dir, plots=plots, result=result)
 
 
 def _memory_section(memory: Any, ledger: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
@@ -254,15 +260,12 @@ def _write_unrun(lm: LoadedManifest, settings: Settings, out_dir: Path, env: Map
     wall = time.perf_counter() - t_start
     claims = {c.name: m.claimed(c) for c in m.cases}
     note = "not collected (the run did not reach measurement)"
-    result = _result(lm, settings, v, findings, preflight.PreflightResult((), ()), {}, {}, claims, env, run_seed,
-                     started, wall, _cost(wall, m.device, env, settings), note)
-    result.update(_v2_fields(lm, result, [], {}, note))
+    doc = _result(lm, settings, v, findings, preflight.PreflightResult((), ()), {}, {}, claims, env, run_seed,
+                  started, wall, _cost(wall, m.device, env, settings), note)
     ledger = pair.evidence.pop("ledger", None)
-    result["defences"] = {"enabled": settings.defences.enabled, **pair.evidence}
-    result["memory"] = _memory_section(None, ledger)
-    store.write_samples(out_dir / store.SAMPLES, [])
-    store.write_json(out_dir / store.RESULT, result)
-    run_report.write(out_dir)
+    _store(out_dir, RunResult.of({**doc, **_v2_fields(lm, doc, [], {}, note),
+                                  "defences": {"enabled": settings.defences.enabled, **pair.evidence},
+                                  "memory": _memory_section(None, ledger)}), [])
 
 
 def write_invalid_run(path: str | Path, out_dir: Path, finding: Finding, overrides: Sequence[str] = (), *,
@@ -288,15 +291,11 @@ def write_invalid_run(path: str | Path, out_dir: Path, finding: Finding, overrid
     v = Verdict(INVALID, (finding.reason(),))
     claims = {c.name: m.claimed(c) for c in m.cases}
     note = "not collected (the run did not reach measurement)"
-    result = _result(lm, settings, v, [finding], preflight.PreflightResult((), ()), {}, {}, claims, env, None,
-                     started, wall, _cost(wall, m.device, env, settings), note)
-    if not recorded:
-        result["environment"]["where"] = (f"not recorded (the worker died before recording it); "
-                                          f"supervised on {_where(env)}")
-    result.update(_v2_fields(lm, result, [], {}, note))
-    store.write_samples(out_dir / store.SAMPLES, [])
-    store.write_json(out_dir / store.RESULT, result)
-    run_report.write(out_dir)
+    where = None if recorded else f"not recorded (the worker died before recording it); supervised on {_where(env)}"
+    doc = _result(lm, settings, v, [finding], preflight.PreflightResult((), ()), {}, {}, claims, env, None,
+                  started, wall, _cost(wall, m.device, env, settings), note, where=where)
+    result = RunResult.of({**doc, **_v2_fields(lm, doc, [], {}, note)})
+    _store(out_dir, result, [])
     return RunOutcome(v.verdict, v.exit_code, out_dir, result)
 
 
@@ -367,7 +366,11 @@ def _where(env: Mapping[str, Any]) -> str:
 def _result(lm: LoadedManifest, settings: Settings, v: Verdict, findings: Sequence[Finding],
             pre: preflight.PreflightResult, estimates: Mapping[str, stats.Estimate],
             measured: Mapping[str, measure.CaseSamples], claims: Mapping[str, float], env: Mapping[str, Any],
-            seed: int, started: str, wall: float, cost: Mapping[str, Any], telemetry_note: str) -> Dict[str, Any]:
+            seed: Optional[int], started: str, wall: float, cost: Mapping[str, Any], telemetry_note: str, *,
+            unmeasured: Optional[Mapping[str, str]] = None, where: Optional[str] = None) -> Dict[str, Any]:
+    """result.json's document but for the sections only a finished run has (the caller
+    adds them); ``where`` replaces the environment's description (a worker that died
+    before recording it)."""
     m = lm.manifest
     case_verdicts = {c.case: c for c in v.cases}
     cases: Dict[str, Any] = {}
@@ -393,7 +396,7 @@ def _result(lm: LoadedManifest, settings: Settings, v: Verdict, findings: Sequen
                                 "in hand, not on the one it was made for."}
     method = next(iter(measured.values())).method if measured else "n/a (not measured)"
     return {
-        "schema_version": store.RESULT_SCHEMA_VERSION,
+        "schema_version": RESULT_SCHEMA_VERSION,
         "expkit_version": __version__,
         "name": m.name,
         "description": m.description,
@@ -403,7 +406,8 @@ def _result(lm: LoadedManifest, settings: Settings, v: Verdict, findings: Sequen
                   "aggregate": m.aggregate},
         "target": asdict(m.target),
         "claim_mismatch": mismatch,
-        "measured": {"cases": cases, "overall": overall, "confidence": settings.measure.confidence, "unmeasured": {}},
+        "measured": {"cases": cases, "overall": overall, "confidence": settings.measure.confidence,
+                     "unmeasured": dict(unmeasured or {})},
         "checks": [asdict(f) for f in findings],
         "identity": [{"case": i.case, "candidate": list(i.candidate_ops) + [k["name"] for k in i.candidate_kernels],
                       "baseline": list(i.baseline_ops) + [k["name"] for k in i.baseline_kernels],
@@ -414,7 +418,7 @@ def _result(lm: LoadedManifest, settings: Settings, v: Verdict, findings: Sequen
                    "max_seconds": settings.measure.max_seconds, "settings": asdict(settings.measure),
                    "notes": [f"samples flagged and left out: {telemetry_note}"]},
         "cost": dict(cost),
-        "environment": {"where": _where(env), "torch": env.get("torch"), "python": env.get("python"),
+        "environment": {"where": where or _where(env), "torch": env.get("torch"), "python": env.get("python"),
                         "cpu": env.get("cpu"), "gpu": gpu_name, "git_commit": env["git"].get("commit"),
                         "git_dirty": env["git"].get("dirty"), "telemetry": telemetry_note},
         "seed": seed,

@@ -157,7 +157,8 @@ def test_problems_not_found_is_one_line_naming_the_flag(tmp_path):
 def _fake_result(verdict, speedup=1.0):
     return {"schema_version": store.RESULT_SCHEMA_VERSION, "name": "fake", "verdict": verdict, "reasons": [],
             "checks": [], "measured": {"overall": {"speedup": speedup, "ci_low": speedup * 0.9,
-                                                   "ci_high": speedup * 1.1}, "cases": {}},
+                                                   "ci_high": speedup * 1.1, "confidence": 0.95, "cases": 1},
+                                     "cases": {}},
             "claim": {"speedup": 1.0}, "wall_seconds": 1.0, "started": "2026-01-01T00:00:00+00:00"}
 
 

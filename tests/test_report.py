@@ -67,7 +67,7 @@ def _ctx(result):
 
 
 def test_no_saving_is_claimed_where_the_interval_includes_one():
-    result = store.load_result(DATA / "priced-gemv" / store.RESULT)
+    result = store.load_result(DATA / "priced-gemv" / store.RESULT).to_json()  # a variant of it: a copy
     c = result["measured"]["cases"]["square-1024"]
     c.update(speedup=1.02, ci_low=0.97, ci_high=1.08)
     assert _ctx(result)["savings"][0]["reading"] == "no measurable saving"
@@ -76,7 +76,7 @@ def test_no_saving_is_claimed_where_the_interval_includes_one():
 
 
 def test_unpriced_and_zero_priced_savings_show_no_dollars():
-    result = store.load_result(DATA / "priced-gemv" / store.RESULT)
+    result = store.load_result(DATA / "priced-gemv" / store.RESULT).to_json()  # a variant of it: a copy
     for rate in (None, 0.0):
         r = copy.deepcopy(result)
         r["savings"]["usd_per_hour"] = rate
@@ -85,7 +85,7 @@ def test_unpriced_and_zero_priced_savings_show_no_dollars():
 
 
 def test_inconclusive_runs_say_what_would_settle_them():
-    result = store.load_result(DATA / "priced-gemv" / store.RESULT)
+    result = store.load_result(DATA / "priced-gemv" / store.RESULT).to_json()  # a variant of it: a copy
     result["verdict"] = "inconclusive"
     c = result["measured"]["cases"]["square-1024"]
     c.update(speedup=1.2, ci_low=1.0, ci_high=1.4, threshold=1.1, verdict="inconclusive", timed_seconds=3.0)
@@ -96,7 +96,7 @@ def test_inconclusive_runs_say_what_would_settle_them():
 def test_an_inconclusive_headline_names_the_warning_that_made_it_so_where_the_interval_did_not():
     from expkit.verdict.wording import headline
 
-    result = store.load_result(DATA / "priced-gemv" / store.RESULT)
+    result = store.load_result(DATA / "priced-gemv" / store.RESULT).to_json()  # a variant of it: a copy
     result["verdict"] = "inconclusive"
     result["reasons"] = ["speedup [case square-1024]: interval [1.000, 1.400] straddles 1.100; measure longer"]
     assert headline(result).endswith("and the interval straddles the claim's bar.")
@@ -150,7 +150,7 @@ def test_fmt_duration(s, text):
 
 
 def test_the_defences_block_is_shown_as_recorded():
-    result = store.load_result(DATA / "priced-gemv" / store.RESULT)
+    result = store.load_result(DATA / "priced-gemv" / store.RESULT).to_json()  # a variant of it: a copy
     result["defences"] = {"enabled": True, "isolated": True, "start_method": "forkserver", "nested": {"x": 1}}
     ctx = _ctx(result)
     assert ctx["defences"] == "on; isolated: True; start_method: forkserver"
@@ -169,7 +169,7 @@ def test_the_defences_block_is_shown_as_recorded():
     (None, "candidate's worker not confined"),
 ])
 def test_the_defences_line_says_what_the_candidates_worker_could_not_reach(confinement, words):
-    result = store.load_result(DATA / "priced-gemv" / store.RESULT)
+    result = store.load_result(DATA / "priced-gemv" / store.RESULT).to_json()  # a variant of it: a copy
     result["defences"] = {"enabled": True, "isolated": True, "confinement": confinement}
     assert _ctx(result)["defences"] == f"on; isolated: True; {words}"
 

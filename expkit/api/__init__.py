@@ -166,7 +166,7 @@ def load(run_dir: Union[str, "os.PathLike[str]"]) -> Result:
         hint = "a session folder holds one run per subfolder" if (run_dir / "session.json").is_file() else \
             "give the folder `expkit run` wrote (it holds result.json)"
         raise ExpkitError(f"{run_dir}: no {store.RESULT} here ({hint})")
-    return Result.from_result(store.load_result(path), run_dir)
+    return Result(store.load_result(path), run_dir)
 
 
 def audit(paths: Union[str, Sequence[str]], **options: Any) -> Any:

@@ -16,7 +16,7 @@ import difflib
 import json
 import sys
 from pathlib import Path
-from typing import Dict, List, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 from ..core.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, ExpkitError
 from ..core.version import __version__
@@ -154,7 +154,6 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 def cmd_run(args: argparse.Namespace) -> int:
     """One manifest through :func:`expkit.api.run`; several (or ``--resume``) through the suite runner."""
     from .. import api
-    from ..report import store
     from ..suites.suite import is_suite
     from .progress import Progress
 
@@ -173,23 +172,23 @@ def cmd_run(args: argparse.Namespace) -> int:
                          plots=False)
     from ..report.ci_summary import publish
 
-    stored = store.load_result(result.run_dir / store.RESULT)
-    publish([stored], [str(result.report)])
+    publish([result.record], [str(result.report)])
     if args.json:
-        print(json.dumps(stored, indent=2, default=str))
+        print(json.dumps(result.record.to_json(), indent=2, default=str))
     else:
         print("\n".join(result.summary_lines()), flush=True)
-    _draw_plots(result.run_dir)
+    _draw_plots(result.run_dir, result.record)
     return result.exit_code
 
 
-def _draw_plots(run_dir: Path) -> None:
+def _draw_plots(run_dir: Path, record: Any) -> None:
     """The report's figures, after the verdict is out (matplotlib's import, and on a fresh
-    machine its font cache, cost seconds nobody should wait on for a verdict)."""
+    machine its font cache, cost seconds nobody should wait on for a verdict): the report
+    is rendered again, from the same result, with them."""
     from ..report import run_report
 
     try:
-        run_report.write(run_dir)
+        run_report.write(run_dir, result=record)
     except Exception as e:  # the verdict and report stand; say the figures are missing
         print(f"note: the report's figures could not be drawn ({type(e).__name__}: {e})", file=sys.stderr)
 

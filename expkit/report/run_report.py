@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
 from . import store
+from .result import RunResult
 from .store import BEFORE_3_INTERVAL
 from .formatting import cell, fmt_duration, fmt_usd, settle_hint, template_env
 from .memory import memory_context
@@ -418,11 +419,13 @@ def context(result: Dict[str, Any], samples: Any, env: Optional[Mapping[str, Any
     }
 
 
-def render(run_dir: Path, *, plots: bool = True) -> str:
+def render(run_dir: Path, *, plots: bool = True, result: Optional[RunResult] = None) -> str:
     """The report of ``run_dir``; with ``plots``, its figures are (re)drawn beside it first.
+    ``result``: the run's result where the caller holds it (else read from the folder).
     A path that is not a run folder is an :class:`ExpkitError` (exit 2), and nothing is created."""
     run_dir = store.run_folder(run_dir)
-    result = store.load_result(run_dir / store.RESULT)
+    if result is None:
+        result = store.load_result(run_dir / store.RESULT)
     samples = store.read_samples(run_dir / store.SAMPLES)
     env = store.load_env(run_dir / store.ENV)
     drawn: Dict[str, str] = {}
@@ -434,7 +437,7 @@ def render(run_dir: Path, *, plots: bool = True) -> str:
     return template_env().get_template("report.md.j2").render(**context(result, samples, env, drawn, plot_notes))
 
 
-def write(run_dir: Path, *, plots: bool = True) -> Path:
+def write(run_dir: Path, *, plots: bool = True, result: Optional[RunResult] = None) -> Path:
     out = Path(run_dir) / store.REPORT
-    store.atomic_write(out, render(run_dir, plots=plots))
+    store.atomic_write(out, render(run_dir, plots=plots, result=result))
     return out

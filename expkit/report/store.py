@@ -68,7 +68,9 @@ from typing import Any, Dict, Mapping
 
 import pandas as pd
 
-RESULT_SCHEMA_VERSION = 5
+from ..core.errors import ExpkitError
+from .result import RESULT_SCHEMA_VERSION, RunResult
+
 SAMPLES_SCHEMA_VERSION = 3
 #: Columns of samples.csv after ``schema_version``, in order (the current version's).
 SAMPLE_COLUMNS = ["case", "side", "round", "position", "number", "seconds", "t_start", "t_end", "flagged",
@@ -154,6 +156,8 @@ def atomic_write(path: Path, data: bytes | str) -> None:
 
 
 def _json_default(o: Any) -> Any:
+    if isinstance(o, Mapping):  # a RunResult: its document
+        return dict(o)
     if isinstance(o, (set, frozenset, tuple)):
         return list(o)
     if isinstance(o, Path):
@@ -195,8 +199,6 @@ def run_folder(run_dir: Path) -> Path:
     """``run_dir`` as a run folder a command reads (it holds ``result.json``), else an
     :class:`~expkit.core.errors.ExpkitError` saying what the folder is instead; it creates
     nothing, so a mistyped path leaves no folder behind."""
-    from ..core.errors import ExpkitError
-
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ExpkitError(f"{run_dir}: no such folder (give the folder `expkit run` wrote: it holds {RESULT})")
@@ -213,8 +215,6 @@ def make_folder(path: Path, what: str) -> Path:
     """Create the folder ``path`` (and its parents) that a command writes into; a path the
     user gave that cannot be a folder is one line naming it (:class:`ExpkitError`), not a
     failure of expkit's."""
-    from ..core.errors import ExpkitError
-
     path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -224,31 +224,35 @@ def make_folder(path: Path, what: str) -> Path:
     return path
 
 
-def load_result(path: Path) -> Dict[str, Any]:
-    """Read a ``result.json`` of this or any older version, upgraded to the current one.
-    A file that is not JSON (damaged, cut short) is an :class:`ExpkitError` naming it."""
+def load_result(path: Path) -> RunResult:
+    """Read a ``result.json`` of this or any older version, upgraded to the current one, as
+    the run's :class:`~.result.RunResult`. A file that is not JSON (damaged, cut short) is
+    an :class:`ExpkitError` naming it."""
     try:
         data = json.loads(Path(path).read_text())
     except json.JSONDecodeError as e:
-        from ..core.errors import ExpkitError
-
         raise ExpkitError(f"{path}: not a result.json expkit can read ({e.msg} at line {e.lineno}): the file is "
                           "damaged; run the manifest again") from None
+    return upgrade(data, path)
+
+
+def upgrade(data: Mapping[str, Any], where: Any = "result") -> RunResult:
+    """A ``result.json`` document of this or any older version as the current version's
+    :class:`~.result.RunResult`; a version this expkit cannot read is an
+    :class:`ExpkitError` naming ``where``."""
+    if isinstance(data, RunResult):
+        return data
     version = int(data.get("schema_version", 0))
     if version > RESULT_SCHEMA_VERSION:
-        from ..core.errors import ExpkitError
-
-        raise ExpkitError(f"{path}: schema_version {version} is newer than this expkit reads "
+        raise ExpkitError(f"{where}: schema_version {version} is newer than this expkit reads "
                           f"({RESULT_SCHEMA_VERSION}); upgrade expkit")
     while version < RESULT_SCHEMA_VERSION:
         if version not in _UPGRADES:
-            from ..core.errors import ExpkitError
-
-            raise ExpkitError(f"{path}: schema_version {version} is not one this expkit can read "
+            raise ExpkitError(f"{where}: schema_version {version} is not one this expkit can read "
                               f"(it reads 1 to {RESULT_SCHEMA_VERSION})")
         data = _UPGRADES[version](data)
         version = int(data["schema_version"])
-    return data
+    return RunResult.of(data)
 
 
 def load_env(path: Path) -> Dict[str, Any]:
