@@ -296,3 +296,22 @@ def test_a_thread_nvmls_sampler_starts_during_a_case_leaves_the_parent_fit_to_fo
     assert rep._stop_window() is None  # a closed window stays closed
     tids.add(10**9 + 1)
     assert fork_safety.fork_unsafe_reason() is not None
+
+
+def test_a_forked_child_of_a_fit_parent_can_fork_its_own_workers():
+    """A suite's or an audit's manifest process is forked from a fork server that imported
+    this module: its one thread is its own, not one of those counted at import, and its
+    workers must still fork (on the GPU every later replicate came from the fork server)."""
+    code = ("import os, sys; from expkit.bench.processes import fork_safety as e; "
+            "assert e.fork_unsafe_reason() is None, e.fork_unsafe_reason(); pid = os.fork()\n"
+            "if pid == 0:\n    print(e.fork_unsafe_reason()); sys.stdout.flush(); os._exit(0)\n"
+            "os.waitpid(pid, 0)")
+    assert _last_line_of_a_fresh_process(code) == "None"
+
+
+def test_a_forked_child_of_an_unfit_parent_is_unfit_too():
+    code = ("import os, sys, threading; from expkit.bench.processes import fork_safety as e; "
+            "stop = threading.Event(); threading.Thread(target=stop.wait, daemon=True).start(); pid = os.fork()\n"
+            "if pid == 0:\n    print(e.fork_unsafe_reason()); sys.stdout.flush(); os._exit(0)\n"
+            "os.waitpid(pid, 0); stop.set()")
+    assert _last_line_of_a_fresh_process(code).startswith("its parent was not fit to fork when it forked (2 Python")

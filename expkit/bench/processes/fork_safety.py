@@ -122,6 +122,29 @@ _NAMES_AT_IMPORT = native_thread_names()
 #: Native threads started inside :func:`threads_the_child_never_needs`: a fork leaves them
 #: behind, and no worker forked after them uses the library that started them.
 _TOLERATED: Set[int] = set()
+#: In a forked child: why its parent was not fit to fork when it forked (None: it was).
+_INHERITED: Optional[str] = None
+_PARENT_REASON: Optional[str] = None
+
+
+def _before_fork() -> None:
+    global _PARENT_REASON
+    try:
+        _PARENT_REASON = fork_unsafe_reason()
+    except Exception as e:  # a fork must never fail on this account
+        _PARENT_REASON = f"it could not be told ({type(e).__name__}: {e})"
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has one thread, its own; it is as fit to fork as its parent was (a
+    child of a fork server that imported this module is, so its own workers fork too)."""
+    global _TIDS_AT_IMPORT, _NAMES_AT_IMPORT, _INHERITED
+    _TIDS_AT_IMPORT, _NAMES_AT_IMPORT = native_thread_ids(), native_thread_names()
+    _TOLERATED.clear()
+    _INHERITED = None if _PARENT_REASON is None else f"its parent was not fit to fork when it forked ({_PARENT_REASON})"
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 def fork_is_safe() -> bool:
@@ -144,6 +167,8 @@ def fork_unsafe_reason() -> Optional[str]:
 
     if "fork" not in multiprocessing.get_all_start_methods():
         return "fork is not available here"
+    if _INHERITED is not None:
+        return _INHERITED
     if threading.active_count() != 1:
         return f"{threading.active_count()} Python threads: " + ", ".join(t.name for t in threading.enumerate())
     now = native_thread_ids()
