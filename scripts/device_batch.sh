@@ -3,7 +3,9 @@
 # examples, and pack every output into $OUT/batch.tar.gz (the device returns at most 8 files).
 # Usage on the device machine, from the repository root:  bash scripts/device_batch.sh [STEPS...]
 # Steps: tests examples bench suite2 kb-audit kb-ab (default: tests examples bench; suite2 needs two GPUs).
-# GPU_TESTS narrows the tests step (default: every test marked gpu); GPUS_TESTS picks its GPU.
+# GPU_TESTS narrows the tests step (default: every test marked gpu); GPUS_TESTS picks its GPU;
+# TESTS_BESIDE=1 runs it beside the steps after it (give those other GPUs), for at most TESTS_SECONDS
+# (default 540).
 # kb-audit: KernelBench level 1 at original sizes from .kernelbench/ (git-ignored; carry it), an
 # identity per problem and, for problems up to KB_FULL (default 10), a torch.compile and a wrong one,
 # audited over AUDIT_GPUS for at most KB_AUDIT_SECONDS; the report is written from the records it has.
@@ -16,8 +18,9 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
+rm -rf /tmp/batch /tmp/kb  # a warm machine keeps the last call's files: each call starts afresh
 mkdir -p "$OUT" /tmp/batch
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .wheels/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .wheels/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD
 steps=${*:-tests examples bench}
 {
@@ -28,7 +31,12 @@ steps=${*:-tests examples bench}
 for step in $steps; do
   case $step in
     tests)
-      CUDA_VISIBLE_DEVICES=${GPUS_TESTS:-0} python3 -m pytest -m gpu ${GPU_TESTS:-tests} -q -p no:cacheprovider 2>&1 | tee /tmp/batch/gpu_tests.log ;;
+      if [ -n "${TESTS_BESIDE:-}" ]; then  # beside the steps after it, on its own GPU; joined before packing
+        CUDA_VISIBLE_DEVICES=${GPUS_TESTS:-0} timeout "${TESTS_SECONDS:-540}" python3 -m pytest -m gpu ${GPU_TESTS:-tests} \
+          -q -p no:cacheprovider > /tmp/batch/gpu_tests.log 2>&1 &
+      else
+        CUDA_VISIBLE_DEVICES=${GPUS_TESTS:-0} python3 -m pytest -m gpu ${GPU_TESTS:-tests} -q -p no:cacheprovider 2>&1 | tee /tmp/batch/gpu_tests.log
+      fi ;;
     kb-audit)
       python3 benchmarks/kernelbench_generation_run.py .kernelbench --level 1 --out /tmp/kb/runs/own > /tmp/batch/kb-generate.log 2>&1
       for f in /tmp/kb/runs/own/level_1_problem_*_sample_[12]_kernel.py; do
@@ -84,5 +92,7 @@ k(Path(sys.argv[1]), Path(sys.argv[2]), problems=Path(".kernelbench/KernelBench"
       done ;;
   esac
 done
+wait
+tail -1 /tmp/batch/gpu_tests.log 2>/dev/null
 tar -czf "$OUT/batch.tar.gz" -C /tmp/batch .
 ls -la "$OUT"
