@@ -75,3 +75,20 @@ def test_a_cpu_calls_drain_leaves_cuda_uninitialised_on_a_gpu_host():
             "out = preflight.call_synced(lambda a: a @ a, (torch.ones(64, 64),)); "
             "print(float(out[0, 0]), torch.cuda.is_available(), torch.cuda.is_initialized())")
     assert _python(code) == "64.0 True False"
+
+
+def test_a_suite_runs_manifest_process_forks_its_own_workers(tmp_path):
+    """A suite's (or an audit's) manifest process is forked from the suite's fork server: it
+    is as fit to fork as that server, so every pair of its run forks from it. Before, it took
+    its own main thread for one started since torch was imported, started a fork server of
+    its own (importing torch again) and every pair came from there."""
+    # A pattern makes `expkit run` a suite, of this one manifest.
+    proc = subprocess.run([sys.executable, "-m", "expkit", "run", str(ROOT / "manifests/examples/gpu/hones[t].yaml"),
+                           "measure=quick", "--out", str(tmp_path / "suite"), "--quiet"],
+                          capture_output=True, text=True, timeout=400, cwd=ROOT)
+    results = sorted((tmp_path / "suite").glob("*/result.json"))
+    assert results, (proc.returncode, proc.stderr[-2000:])
+    for path in results:
+        d = json.loads(path.read_text())["defences"]
+        assert (d["start_method"], sorted(set(d["replicate_start_methods"]))) == ("fork", ["fork"]), \
+            (path.parent.name, d["start_method"], d["replicate_start_methods"])
