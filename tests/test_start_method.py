@@ -315,3 +315,13 @@ def test_a_forked_child_of_an_unfit_parent_is_unfit_too():
             "if pid == 0:\n    print(e.fork_unsafe_reason()); sys.stdout.flush(); os._exit(0)\n"
             "os.waitpid(pid, 0); stop.set()")
     assert _last_line_of_a_fresh_process(code).startswith("its parent was not fit to fork when it forked (2 Python")
+
+
+def test_the_suites_fork_server_imports_the_benchs_gpu_preload_and_the_supervisor_no_torch():
+    """A manifest process forks its workers from itself: what the bench would import there
+    before forking, the suite's fork server has imported once for every manifest."""
+    code = ("import sys, importlib; from expkit.suites import manifest_process as m; "
+            "clean = 'torch' not in sys.modules; [importlib.import_module(n) for n in m.PRELOAD]; "
+            "from expkit.bench.sides.preload import preload_for; "
+            "print(clean, [n for n in preload_for('cuda') if n not in sys.modules])")
+    assert _last_line_of_a_fresh_process(code) == "True []"

@@ -61,7 +61,6 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from ..bench.processes.diagnose import diagnose
 from ..bench.processes.lifetime import die_with_parent
-from ..bench.sides.preload import preload_for
 
 JOB = "job.json"
 WORKER = "worker.json"  # how the worker ended: its run time, exit code, GPU, the supervisor's wall time
@@ -76,14 +75,14 @@ DONE, ERROR_STATUS = "done", "error"
 #: what a run imports (found by listing the modules a run_manifest call added). A
 #: missing one only costs time. None touches CUDA on import; numpy's BLAS may start
 #: its thread pool there, and forks of the server run torch ops normally (as torch's
-#: DataLoader workers, forks of a process that imported torch, do). The bench's own preload
-#: for a GPU run (``bench.sides.preload``: ``torch._dynamo``, cupti-python, Triton's key) is
-#: among them: each manifest process forks its workers from itself, and would otherwise
-#: import it again, once per manifest.
+#: DataLoader workers, forks of a process that imported torch, do). The last one imports
+#: the bench's own preload for a GPU run (``bench.sides.preload.preload_for("cuda")``:
+#: ``torch._dynamo``, cupti-python, Triton's key): each manifest process forks its workers
+#: from itself and would otherwise import them again, once per manifest.
 PRELOAD = ("torch", "expkit.runner", "expkit.checks.trace", "expkit.checks.expectations", "expkit.report",
            "expkit.manifest.kernelbench", "expkit.bench.sides.endpoint", "expkit.report.plots",
            "expkit.verdict.roofline", "expkit.verdict.savings", "hydra", "omegaconf", "hydra.compose", "pandas",
-           "matplotlib.pyplot", *preload_for("cuda"))
+           "matplotlib.pyplot", "expkit.bench.sides.preload_all")
 
 #: Sent to a worker's process group before it is killed for time: faulthandler dumps
 #: every Python stack to the worker's stderr (the runner's own isolated worker, a fork,
