@@ -298,6 +298,7 @@ def device_props(index: int = 0, *, cuda: Any = None) -> Optional[DeviceProps]:
     """
     if cuda is None:
         try:
+            # lazy: the manifest stage reads manifests without torch (a suite's supervisor does)
             import torch
         except ImportError:
             return None

@@ -38,6 +38,7 @@ PRECISION_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 
 def _dtype(precision: str) -> Any:
+    # lazy: the manifest stage reads manifests without torch (a suite's supervisor does)
     import torch
 
     return getattr(torch, PRECISION_DTYPES[precision])
@@ -72,6 +73,7 @@ def load_file(path: Path) -> Any:
 @contextlib.contextmanager
 def seeded(seed: int, device: str) -> Iterator[None]:
     """Run the block under ``torch.manual_seed(seed)`` and restore the RNG state after."""
+    # lazy: the manifest stage reads manifests without torch (a suite's supervisor does)
     import torch
 
     devices = [torch.cuda.current_device()] if device == "cuda" and torch.cuda.is_available() else []
@@ -83,6 +85,7 @@ def seeded(seed: int, device: str) -> Iterator[None]:
 def _default_device(device: str) -> Any:
     """``torch.device(device)`` as a context (torch's factories then create there), or a
     no-op for the host."""
+    # lazy: the manifest stage reads manifests without torch (a suite's supervisor does)
     import torch
 
     return torch.device(device) if device != "cpu" else contextlib.nullcontext()
@@ -90,6 +93,7 @@ def _default_device(device: str) -> Any:
 
 def cast(values: Sequence[Any], device: str, dtype: Any) -> Tuple[Any, ...]:
     """Move tensors to ``device``; floating ones also to ``dtype``; leave the rest."""
+    # lazy: the manifest stage reads manifests without torch (a suite's supervisor does)
     import torch
 
     out = []
@@ -134,6 +138,7 @@ class ModelSide:
             if self.error is not None:
                 raise RuntimeError(self.error)
             assert self.cls is not None and self.init_inputs is not None
+            # lazy: the manifest stage reads manifests without torch (a suite's supervisor does)
             import torch
 
             dtype = _dtype(self.precision)
@@ -154,6 +159,7 @@ class ModelSide:
         return self.model
 
     def __call__(self, *args: Any) -> Any:
+        # lazy: the manifest stage reads manifests without torch (a suite's supervisor does)
         import torch
 
         model = self.build()

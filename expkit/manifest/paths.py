@@ -11,6 +11,8 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+import yaml
+
 _CHECKOUT_CONF = Path(__file__).resolve().parents[2] / "conf"  # expkit/manifest/paths.py -> the checkout
 
 
@@ -28,7 +30,6 @@ def conf_dir() -> Path:
 def read_versioned_yaml(path: Path, *, schema_version: int, what: str, error: type) -> dict:
     """A configuration data file (catalog, price list) as a dict, checked for its schema
     version; any problem is raised as ``error`` naming the file and what it is."""
-    import yaml
 
     try:
         data = yaml.safe_load(Path(path).read_text())

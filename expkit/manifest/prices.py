@@ -26,6 +26,7 @@ from typing import Any, Mapping, Optional, Tuple
 
 from . import paths
 from ..core.errors import ExpkitError
+from .catalog import CatalogError, lookup
 
 PRICES_SCHEMA_VERSION = 1
 CPU_KEY = "cpu"
@@ -95,7 +96,6 @@ class PriceList:
 
 def _canonical(gpu_key: str) -> str:
     """The catalog key for any accepted spelling; the name itself where the catalog has none."""
-    from .catalog import CatalogError, lookup  # the catalog is only needed for aliases
 
     try:
         return lookup(gpu_key).key

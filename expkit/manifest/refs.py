@@ -8,6 +8,7 @@ put at the front of ``sys.path`` for the duration of the import only.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import sys
@@ -30,7 +31,6 @@ def resolve(ref: str, folder: Path, *, manifest_path: Path, key: str) -> Callabl
             obj = getattr(obj, part)
         except AttributeError:
             names = [n for n in dir(module) if not n.startswith("_")]
-            import difflib
 
             near = difflib.get_close_matches(part, names, n=1)
             fix = f"did you mean `{module_name}:{near[0]}`?" if near else f"define `{part}` in {module_name}"

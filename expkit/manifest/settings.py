@@ -8,7 +8,9 @@ schema's defaults, ``conf/expkit.yaml`` and its preset files, the manifest's own
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import typing
 from dataclasses import dataclass, field, replace
 from typing import Any, List, Optional, Sequence
 
@@ -175,6 +177,7 @@ def _register() -> None:
     global _registered
     if _registered:
         return
+    # lazy: hydra and omegaconf load only where settings are composed
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="expkit_schema", node=_schema_node())
@@ -184,9 +187,6 @@ def _register() -> None:
 def _schema_node() -> Any:
     # Hydra wants mutable dataclasses (it writes into them while composing); derive
     # them from the frozen ones so the fields are declared once.
-    import dataclasses
-
-    import typing
 
     def thaw(cls: type) -> type:
         fields = []
@@ -233,7 +233,6 @@ def check_override(override: str) -> None:
     (``mesure=quick``), preset (``measure=quik``) or key (``measure.target_cl=0.02``) is a
     :class:`ConfigError` naming the override, the nearest valid name and the valid ones.
     Values are Hydra's to check (a number, a bool), and it names them well."""
-    import dataclasses
 
     key, value = override.split("=", 1)
     path = key.lstrip("+~").split("@", 1)[0].split(".")
@@ -269,6 +268,7 @@ def load_settings(overrides: Sequence[str] = (), manifest_measure: Any = None) -
     and the command line: the manifest may pick a preset and tighten its numbers, and
     the command line still has the last word.
     """
+    # lazy: hydra and omegaconf load only where settings are composed
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
@@ -312,6 +312,5 @@ def load_settings(overrides: Sequence[str] = (), manifest_measure: Any = None) -
 
 
 def as_dict(settings: Settings) -> dict:
-    import dataclasses
 
     return dataclasses.asdict(settings)

@@ -17,6 +17,7 @@ Schema history (``schema_version``):
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
 from dataclasses import dataclass, field, replace
@@ -27,6 +28,7 @@ import yaml
 
 from ..core.errors import ManifestError
 from .schema import SchemaError, build
+from .settings import nearest, presets
 
 SCHEMA_VERSION = 1
 #: Oracles that compare one call's outputs (checks/oracles.py) and oracles that swap the kernel
@@ -210,7 +212,6 @@ class Oracle:
 
     def __post_init__(self) -> None:
         if self.kind not in ORACLE_KINDS:
-            import difflib
 
             near = difflib.get_close_matches(self.kind, ORACLE_KINDS, n=1)
             raise SchemaError("kind", f"unknown oracle kind {self.kind!r}",
@@ -260,7 +261,6 @@ class Measure:
         if self.timer is not None and self.timer not in ("kernel", "events"):
             raise SchemaError("timer", f"unknown timer {self.timer!r}", "one of kernel, events")
         if self.preset is not None:
-            from .settings import nearest, presets
 
             known = presets("measure")
             if self.preset not in known:

@@ -26,6 +26,8 @@ from ..core.errors import ExpkitError
 from . import store
 from .audit_stats import (BOOTSTRAP, CHEAT, ERROR, FAILURE, SEED, THRESHOLDS, claims_against, invalid_counts,
                           p_key, read_claims, summarise, summary_against, wilson)
+from .formatting import cell, fmt_duration, template_env
+from ..verdict.wording import fmt_x
 
 __all__ = ["AUDIT", "RECORDS", "AUDIT_REPORT", "THRESHOLDS", "MEASURED", "classify", "is_correct", "record",
            "final_records", "all_records", "append_record", "load_audit", "context", "render", "write",
@@ -190,7 +192,6 @@ def _frac(x: Mapping[str, Any]) -> str:
 
 
 def _gm(x: Mapping[str, Any]) -> str:
-    from ..verdict.wording import fmt_x
 
     if x.get("value") is None:
         return "n/a (nothing correct)"
@@ -199,7 +200,6 @@ def _gm(x: Mapping[str, Any]) -> str:
 
 
 def _speed(r: Optional[Mapping[str, Any]]) -> str:
-    from ..verdict.wording import fmt_x
 
     if not r or r.get("speedup") is None:
         return "not measured"
@@ -220,7 +220,6 @@ def _summary_tables(views: Mapping[str, Any], thresholds: Sequence[float]) -> Tu
 
 
 def _invalid_rows(records: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
-    from ..verdict.wording import fmt_x
 
     out = []
     for row in invalid_counts(records):
@@ -233,7 +232,6 @@ def _invalid_rows(records: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
 
 def _candidate_rows(session_dir: Path, plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
                     attempts: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
-    from .formatting import cell, fmt_duration
 
     by_name = {r["candidate"]: r for r in records}
     rows = []
@@ -256,8 +254,6 @@ def _candidate_rows(session_dir: Path, plan: Mapping[str, Any], records: Sequenc
 
 def _claim_rows(records: Sequence[Mapping[str, Any]], views: Mapping[str, Any],
                 claims: Optional[Mapping[str, Any]]) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
-    from ..verdict.wording import fmt_x
-    from .formatting import cell
 
     if not claims:
         return [], []
@@ -279,7 +275,6 @@ def _claim_rows(records: Sequence[Mapping[str, Any]], views: Mapping[str, Any],
 
 def _retry_facts(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
                  attempts: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
-    from .formatting import fmt_duration
 
     final = {r["candidate"]: r.get("verdict") for r in records}
     first = [a["candidate"] for a in attempts if a["attempt"] == 1 and a["verdict"] == "inconclusive"]
@@ -291,7 +286,6 @@ def _retry_facts(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
 
 
 def _cost(plan: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
-    from .formatting import fmt_duration
 
     seconds = sum(a["seconds"] for a in attempts)
     wall = plan.get("wall_seconds")
@@ -304,7 +298,6 @@ def _cost(plan: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> Dic
 
 def context(session_dir: Path) -> Dict[str, Any]:
     """Everything ``audit.md`` shows, computed from ``audit.json`` and ``candidates.jsonl`` alone."""
-    from .formatting import cell
 
     session_dir = Path(session_dir)
     plan = load_audit(session_dir)
@@ -335,7 +328,6 @@ def context(session_dir: Path) -> Dict[str, Any]:
 
 def render(session_dir: Path) -> str:
     """``audit.md`` of an audit folder, from its stored files alone."""
-    from .formatting import template_env
 
     return template_env().get_template("audit.md.j2").render(**context(session_dir))
 

@@ -22,6 +22,8 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
+
 from ..core.errors import ExpkitError
 
 THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
@@ -52,7 +54,6 @@ def _bootstrap(units: Sequence[Sequence[Tuple[float, float]]], confidence: float
     The second stage keeps the interval honest where every problem looks alike (three samples
     each, two correct: resampling problems alone would give a zero-width interval). None where
     fewer than two problems hold a unit with ``den > 0``: resampling them shows nothing."""
-    import numpy as np
 
     if sum(any(d > 0 for _, d in us) for us in units) < 2:
         return None, None

@@ -13,6 +13,10 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from .formatting import cell, template_env
+from .session import load_session
+from ..verdict.wording import fmt_x
+
 ENV_VAR = "GITHUB_STEP_SUMMARY"
 
 
@@ -23,8 +27,6 @@ def summary_path(environ: Optional[Mapping[str, str]] = None) -> Optional[Path]:
 
 def verdict_table(results: Sequence[Mapping[str, Any]], reports: Sequence[str] = ()) -> str:
     """One row per run: verdict, name, claim, measurement with its interval, devices, report."""
-    from .formatting import cell, template_env
-    from ..verdict.wording import fmt_x
 
     rows = []
     for i, r in enumerate(results):
@@ -69,7 +71,6 @@ def publish_session(session_dir: Path, environ: Optional[Mapping[str, str]] = No
     """:func:`publish` for every finished run of a session folder (unfinished ones have no verdict)."""
     if summary_path(environ) is None:
         return None
-    from .session import load_session
 
     runs = [r for r in load_session(Path(session_dir)).runs if r.result is not None]
     return publish([r.result for r in runs], [str(r.folder / "report.md") for r in runs], environ)

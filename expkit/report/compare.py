@@ -37,6 +37,8 @@ import numpy as np
 from . import store
 from ..core.errors import ExpkitError
 from .session import RunEntry, load_session
+from .formatting import cell, template_env
+from ..verdict.wording import fmt_time, fmt_x
 
 # history: 1 -- first version (rows with time and speedup marks);
 #          2 -- each change carries ``p_value`` (Mann-Whitney U for the time; null for the speedup).
@@ -126,6 +128,7 @@ def _mark(ratio: float, lo: float, hi: float, min_effect: float, worse_up: bool,
 
 def rank_test(a: np.ndarray, b: np.ndarray, alpha: float) -> Tuple[float, bool, bool]:
     """Mann-Whitney U of B's samples against A's: (p-value, significant at ``alpha``, B leans slower)."""
+    # lazy: scipy loads in the runner with its BLAS on one thread first (bench/processes/blas.py)
     from scipy.stats import mannwhitneyu
 
     res = mannwhitneyu(b, a, alternative="two-sided")
@@ -259,8 +262,6 @@ def compare(a: Path, b: Path, *, confidence: float = DEFAULT_CONFIDENCE, min_eff
 
 
 def context(c: Comparison) -> Dict[str, Any]:
-    from .formatting import cell
-    from ..verdict.wording import fmt_time, fmt_x
 
     def ratio(ch: Change) -> str:
         if ch.ratio is None:
@@ -286,6 +287,5 @@ def context(c: Comparison) -> Dict[str, Any]:
 
 
 def render(c: Comparison) -> str:
-    from .formatting import template_env
 
     return template_env().get_template("compare.md.j2").render(**context(c))

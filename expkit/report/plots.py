@@ -16,10 +16,13 @@ each it could not.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Tuple
 
 import numpy as np
+
+from .store import atomic_write
 
 TIMINGS = "timings.png"
 SPEEDUP = "speedup.png"
@@ -30,14 +33,13 @@ _DPI = 100
 def _figure(**kw: Any) -> Any:
     # A bare Figure draws with the Agg canvas and touches no pyplot state: no window on a
     # headless machine, no backend switched under a notebook that calls report.write().
+    # lazy: matplotlib's import is slow; a verdict is printed before figures are drawn
     from matplotlib.figure import Figure
 
     return Figure(**kw)
 
 
 def _save(fig: Any, path: Path) -> Path:
-    from .store import atomic_write
-    import io
 
     buf = io.BytesIO()
     # No software/date metadata: the same stored files give byte-identical images.

@@ -26,6 +26,7 @@ from .memory import memory_context
 from .timing import timing_context
 from ..verdict.rules import EXIT_CODES, INCONCLUSIVE
 from ..verdict.wording import NOT_CHECKED, direction, fmt_time, fmt_x, headline, overall_definition, speed_phrase
+from .workload import report_context
 
 _MARK = {True: "pass", False: "**FAIL**"}
 
@@ -215,7 +216,6 @@ def _end_to_end(result: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
     # templates/end_to_end.md.j2, included by the run template.
     if not result.get("end_to_end"):
         return None  # most runs name no workload: they need not import its section at all
-    from .workload import report_context
 
     return report_context(result)
 
@@ -431,6 +431,7 @@ def render(run_dir: Path, *, plots: bool = True, result: Optional[RunResult] = N
     drawn: Dict[str, str] = {}
     plot_notes: List[str] = []
     if plots:
+        # lazy: matplotlib's import is slow; a verdict is printed before figures are drawn
         from .plots import write_run_plots
 
         drawn, plot_notes = write_run_plots(run_dir, result, samples)

@@ -55,6 +55,8 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 from . import store
 from ..core.errors import ExpkitError
 from ..verdict.rules import EXIT_CODES, INCONCLUSIVE, INVALID, VERDICTS, worst
+from ..verdict.wording import fmt_x
+from .formatting import cell, fmt_duration, fmt_usd, settle_hint, template_env
 
 SESSION = "session.json"
 SESSION_REPORT = "session.md"
@@ -74,6 +76,7 @@ def _safe(name: str) -> str:
 @contextlib.contextmanager
 def _locked(session_dir: Path) -> Iterator[None]:
     try:
+        # lazy: POSIX only
         import fcntl
     except ImportError:  # not POSIX: no lock, a parallel suite may lose a status update
         yield
@@ -270,8 +273,6 @@ def summary(s: Session) -> Dict[str, Any]:
 
 
 def context(s: Session) -> Dict[str, Any]:
-    from .formatting import cell, fmt_duration, fmt_usd, settle_hint
-    from ..verdict.wording import fmt_x
 
     tot = summary(s)
     timeline, claims, findings = [], [], []
@@ -362,7 +363,6 @@ def context(s: Session) -> Dict[str, Any]:
 
 def render(folder: Path) -> str:
     """``session.md`` of ``folder`` (a session, a folder of runs, or one run), from stored files alone."""
-    from .formatting import template_env
 
     return template_env().get_template("session.md.j2").render(**context(load_session(folder)))
 

@@ -70,6 +70,7 @@ import pandas as pd
 
 from ..core.errors import ExpkitError
 from .result import RESULT_SCHEMA_VERSION, RunResult
+from ..verdict.savings import savings
 
 SAMPLES_SCHEMA_VERSION = 3
 #: Columns of samples.csv after ``schema_version``, in order (the current version's).
@@ -83,7 +84,6 @@ REPORT = "report.md"
 
 
 def _upgrade_1_to_2(data: Dict[str, Any]) -> Dict[str, Any]:
-    from ..verdict.savings import savings
 
     out = dict(data)
     cases = (data.get("measured") or {}).get("cases") or {}

@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional
 
+from ..manifest import catalog
+
 OVER_PEAK_NOTE = ("above the device's peak: the declared flops or bytes, the catalog's peak, or the "
                   "assumption that every byte crosses DRAM is wrong")
 
@@ -59,7 +61,6 @@ def peaks_for(gpu_name: Optional[str], precision: Optional[str]) -> Optional[Pea
     """Catalog peaks of the device that ran, or None (a CPU, or a GPU the catalog lacks)."""
     if not gpu_name:
         return None
-    from ..manifest import catalog
 
     spec = catalog.match_device(gpu_name)
     if spec is None:

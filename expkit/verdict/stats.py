@@ -26,6 +26,7 @@ sides shared. Why t and not a two-level bootstrap, and percentile and not BCa: d
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -183,6 +184,7 @@ def spread_dominates(log_speedups: Sequence[float], log_variances: Sequence[floa
     follows a chi-squared law with ``k - 1`` degrees of freedom when the processes share
     one true speedup; a Q above its ``level`` quantile says they do not. With fewer than
     two processes, or without a positive variance for each, it says False."""
+    # lazy: scipy loads in the runner with its BLAS on one thread first (bench/processes/blas.py)
     from scipy.stats import chi2
 
     k = len(log_speedups)
@@ -196,6 +198,7 @@ def spread_dominates(log_speedups: Sequence[float], log_variances: Sequence[floa
 
 def stored_log_variance(ci_low: float, ci_high: float, confidence: float = 0.95) -> float:
     """A process's log-speedup variance from its stored interval (normal approximation)."""
+    # lazy: scipy loads in the runner with its BLAS on one thread first (bench/processes/blas.py)
     from scipy.stats import norm
 
     if not (ci_low > 0 and ci_high > 0):
@@ -261,6 +264,7 @@ def _log_medians(b: np.ndarray, c: np.ndarray, axis: int = -1) -> np.ndarray:
 def _bootstrap(b: np.ndarray, c: np.ndarray, confidence: float, resamples: int,
                seed: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Paired percentile bootstrap of (log ratio, log median b, log median c): point, (low, high), draws."""
+    # lazy: scipy loads in the runner with its BLAS on one thread first (bench/processes/blas.py)
     from scipy.stats import bootstrap
 
     point = _log_medians(b, c)
@@ -274,7 +278,6 @@ def _bootstrap(b: np.ndarray, c: np.ndarray, confidence: float, resamples: int,
 
 def _seeded(fn: Any, seed: int) -> Dict[str, Any]:
     """The seed keyword of a scipy function: ``rng`` from scipy 1.15, ``random_state`` before."""
-    import inspect
 
     key = "rng" if "rng" in inspect.signature(fn).parameters else "random_state"
     return {key: np.random.default_rng(seed)}
@@ -325,6 +328,7 @@ def check_width(rounds: Rounds, *, confidence: float, resamples: int, seed: int,
 @functools.lru_cache(maxsize=None)
 def z_quantile(confidence: float) -> float:
     """The standard normal quantile of a two-sided ``confidence`` interval (1.96 at 95%)."""
+    # lazy: scipy loads in the runner with its BLAS on one thread first (bench/processes/blas.py)
     from scipy.stats import norm
 
     return float(norm.ppf(1 - (1 - confidence) / 2))
@@ -341,6 +345,7 @@ def process_target(target_ci: float, confidence: float, processes: int) -> float
     make the stop depend on the very spread the final interval must estimate)."""
     if processes <= 1:
         return target_ci
+    # lazy: scipy loads in the runner with its BLAS on one thread first (bench/processes/blas.py)
     from scipy.stats import norm, t
 
     q = 1 - (1 - confidence) / 2
@@ -382,6 +387,7 @@ def estimate_rounds(processes: Sequence[Rounds], *, confidence: float = 0.95, re
         lo, hi = ci[0], ci[1]  # rows: log ratio, log median b, log median c
         method = PAIRED
     else:
+        # lazy: scipy loads in the runner with its BLAS on one thread first (bench/processes/blas.py)
         from scipy.stats import norm, t
 
         y = np.stack(points)  # k x 3
