@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CLEAN = ["core", "verdict", "report", "manifest"]
+CLEAN = ["core", "verdict", "report", "manifest", "checks", "timing", "workload"]
 
 
 def _unexplained(path: Path) -> list:

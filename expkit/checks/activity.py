@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Protocol, Tuple
 
+import torch
+
 from ..core.findings import INVALID, WARNING, Finding
 from .children import child_pids
 from .contention import ContentionAccount, RunQueueWait
@@ -429,6 +431,5 @@ def set_cpu_threads(threads: Optional[int]) -> None:
     measures the machine's load, not the code; one thread per run keeps it about the code.
     """
     if threads is not None:
-        import torch
 
         torch.set_num_threads(int(threads))

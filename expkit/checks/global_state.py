@@ -17,11 +17,12 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
+import torch
+
 GLOBAL_STATE = "global-state"
 
 
 def _state_probes() -> Dict[str, Callable[[], Any]]:
-    import torch
 
     b = torch.backends
     return {

@@ -11,6 +11,8 @@ import os
 import re
 from typing import Callable, List, Optional, Protocol, Sequence, Tuple
 
+import pynvml
+
 from ..core.findings import WARNING, Finding
 from .children import read_proc
 
@@ -24,7 +26,6 @@ class NvmlProcesses(Protocol):
 
 
 def nvml_compute_processes(index: int) -> Sequence[Tuple[int, Optional[int]]]:
-    import pynvml
 
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)

@@ -12,6 +12,7 @@ from ..core.findings import Finding
 from ..manifest.spec import LoadedManifest
 from . import expectations, recording
 from .preflight import CaseRun, IdentitySummary, clone_inputs
+from .target import check_kernels
 
 
 def identity_check(lm: LoadedManifest, baseline: Callable, candidate: Callable, device: str):
@@ -58,6 +59,5 @@ def target_findings(lm: LoadedManifest, tr: Any, case: str, gpu_name: Optional[s
     in hand, ``gpu_name``, as the baseline's worker reported it)."""
     if not tr.kernels:
         return []
-    from .target import check_kernels
 
     return list(check_kernels(lm.manifest.target, tr.kernels, case=case, gpu_name=gpu_name))

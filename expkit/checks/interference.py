@@ -42,6 +42,7 @@ work between its requests, and what slows a GPU side's kernels is work on the GP
 from __future__ import annotations
 
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
@@ -119,7 +120,6 @@ def count_continues() -> None:
     baseline's worker spun into its timed blocks that way: honest candidates on the
     16-core H100 host were `invalid` (`resources`, 1.5-1.9 cores at ``cpu_threads=1``,
     evidence/README.md)."""
-    import signal
 
     def _count(signum: int, frame: object) -> None:
         _CONTINUED[0] += 1

@@ -31,6 +31,8 @@ import torch
 from ..core.findings import Finding
 from ..manifest.refs import resolve
 from ..manifest.spec import MODEL_ORACLE_KINDS, LoadedManifest, Oracle
+from ..zoo.tinylm import kl_divergence, next_token_logits, perplexity_from_logits, swap_linears
+from .divergence import record
 
 DEFAULT_MAX_INCREASE = 0.1
 DEFAULT_MAX_KL = 0.005
@@ -55,7 +57,6 @@ def load_for(lm: LoadedManifest, i: int, spec: Oracle, device: str) -> Tuple[Any
 def side_logits(lm: LoadedManifest, fn: Callable[..., Any], device: str) -> Dict[str, Any]:
     """Per distinct (model, dataset, tokens): the model with every linear layer swapped for
     ``fn``, its next-token logits and the tokens. A raise is kept as its message."""
-    from ..zoo.tinylm import next_token_logits, swap_linears
 
     out: Dict[str, Any] = {}
     for i, spec in specs(lm):
@@ -76,7 +77,6 @@ def side_logits(lm: LoadedManifest, fn: Callable[..., Any], device: str) -> Dict
 
 def judge_logits(spec: Oracle, tokens: torch.Tensor, bl: torch.Tensor, cl: torch.Tensor) -> Finding:
     """One model-level oracle on the two sides' logits."""
-    from ..zoo.tinylm import kl_divergence, perplexity_from_logits
 
     what = f"{tokens.numel()} tokens of {spec.dataset}"
     if spec.kind == "perplexity":
@@ -99,7 +99,6 @@ def probe_batch(model: Any, tokens: torch.Tensor) -> torch.Tensor:
 
 def record_probe(model: Any, tokens: torch.Tensor) -> Tuple[Any, Any]:
     """Every module call's inputs and outputs of the baseline's model on the probe batch."""
-    from .divergence import record
 
     return record(model, (probe_batch(model, tokens),))
 

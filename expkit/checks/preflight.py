@@ -29,10 +29,12 @@ import math
 import os
 import time
 import traceback
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
+import torch.utils.deterministic as det
 
 from . import oracles
 from .activity import wide_work_ended
@@ -213,7 +215,6 @@ def clone_inputs(values: Sequence[Any]) -> Tuple[Any, ...]:
 @contextlib.contextmanager
 def poisoned_allocations() -> Iterator[None]:
     """Fill newly allocated tensors with NaN (integers with their max) while active."""
-    import torch.utils.deterministic as det
 
     was_det = torch.are_deterministic_algorithms_enabled()
     was_warn = torch.is_deterministic_algorithms_warn_only_enabled()
@@ -221,7 +222,6 @@ def poisoned_allocations() -> Iterator[None]:
     torch.use_deterministic_algorithms(True, warn_only=True)
     det.fill_uninitialized_memory = True
     try:
-        import warnings
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -58,6 +58,7 @@ def record_once(fn: Callable[[], T], *, cuda: bool, spin_cycles: int = ENTRY_SPI
     and the device is synchronized before the profiler stops so that every kernel
     ``fn`` queued is in the trace; and the host's seconds from the entry spin's launch to
     the join marker's (0 without ``cuda``)."""
+    # lazy: torch.profiler's import is slow (bench/sides/preload.py); only a recorded call needs it
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 

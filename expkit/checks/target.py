@@ -16,6 +16,8 @@ from typing import List, Optional, Sequence
 
 from ..core.findings import WARNING, Finding
 from ..manifest.spec import Target
+from ..manifest import catalog
+from .occupancy import occupancy
 
 # A kernel keeping under half the resident warps on the target that it keeps on the GPU
 # in hand is flagged: latency hiding, and so speed, need not transfer.
@@ -23,7 +25,6 @@ OCCUPANCY_DROP = 0.5
 
 
 def _target_spec(target: Target):
-    from ..manifest import catalog
 
     if not target.gpu:
         return None
@@ -53,7 +54,6 @@ def _in_hand(gpu_name: Optional[str]):
     GPU example's replicates did, in the GPU start tests)."""
     if not gpu_name:
         return None
-    from ..manifest import catalog
 
     try:
         return catalog.match_device(gpu_name)
@@ -65,7 +65,6 @@ def check_kernels(target: Target, kernels: Sequence, *, case: Optional[str] = No
                   gpu_name: Optional[str] = None) -> List[Finding]:
     """Findings for each distinct launch configuration among ``kernels``; ``gpu_name`` is the
     GPU in hand (as the baseline's worker reported it), compared where it is not the target."""
-    from .occupancy import occupancy
 
     spec = _target_spec(target)
     lim = target.limits
@@ -116,7 +115,6 @@ def check_kernels(target: Target, kernels: Sequence, *, case: Optional[str] = No
 
 def catalog_mismatches(index: int = 0) -> List[Finding]:
     """The GPU in hand read from the device against its catalog entry; the device wins."""
-    from ..manifest import catalog
 
     props = catalog.device_props(index)
     if props is None:

@@ -36,6 +36,7 @@ class TorchCudaDevice:
     """:class:`Device` over PyTorch's CUDA runtime (imported here, not at module import)."""
 
     def __init__(self, index: int | None = None, *, flush: str = "read", flush_factor: float = 2.0) -> None:
+        # lazy: the timing modules import without torch (tests/test_cuda_timer.py)
         import torch
 
         if flush not in FLUSH_MODES:
@@ -95,6 +96,7 @@ def demangle(name: str) -> str:
     got = _DEMANGLED.get(name)
     if got is None:
         try:
+            # lazy: the timing modules import without torch (tests/test_cuda_timer.py)
             import torch
 
             got = str(torch._C._demangle(name))

@@ -150,6 +150,7 @@ class CudaTimer:
     def available() -> bool:
         """True when PyTorch sees a CUDA device and has the spin kernel the hold needs."""
         try:
+            # lazy: the timing modules import without torch (tests/test_cuda_timer.py)
             import torch
         except ImportError:
             return False

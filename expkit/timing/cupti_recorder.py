@@ -183,6 +183,7 @@ class CuptiRecorder:
     def __init__(self, *, buffer_bytes: int = 8 << 20, quiet: bool = False, names: bool = False,
                  calibrate_s: float = 0.02, keep_enabled: bool = False) -> None:
         try:
+            # lazy: cupti-python is optional (the gpu extra)
             from cupti import cupti
         except Exception as e:  # ImportError, or a libcupti that does not load
             raise RecorderUnavailable(f"{type(e).__name__}: {e}") from None

@@ -15,19 +15,21 @@ from typing import Any, Callable, Optional
 from ..manifest.settings import TIMER_CHOICES, MeasureSettings
 from .kernel_time import Recorder, RecorderUnavailable
 from .timer import CPU, KERNEL, PerfCounterTimer, Timer, TimerInfo
+from .cuda_device import TorchCudaDevice
+from .cuda_timer import CudaTimer
+from .cupti_recorder import open_recorder
+from .per_call import HookedDevice, PerCallTimer
 
 RecorderFactory = Callable[[], Recorder]
 DeviceFactory = Callable[[], Any]
 
 
 def _cupti() -> Recorder:
-    from .cupti_recorder import open_recorder
 
     return open_recorder(names=True)  # the per-call launch check compares kernels by name
 
 
 def _torch_device() -> Any:
-    from .cuda_device import TorchCudaDevice
 
     return TorchCudaDevice()
 
@@ -69,7 +71,6 @@ def make_timer(device: str, measure: MeasureSettings, *, before: Optional[Callab
     if requested not in TIMER_CHOICES:
         raise ValueError(f"measure.timer must be one of {TIMER_CHOICES}, got {requested!r}")
     if device == "cpu":
-        from .per_call import PerCallTimer
 
         timer: Any
         if before is not None or after is not None:
@@ -80,8 +81,6 @@ def make_timer(device: str, measure: MeasureSettings, *, before: Optional[Callab
         return timer
     if device != "cuda":
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
-    from .cuda_timer import CudaTimer
-    from .per_call import HookedDevice
 
     rec: Optional[Recorder] = None
     fallback = ""

@@ -548,6 +548,7 @@ def open_telemetry(
 def _cuda_uuid(cuda_index: int) -> str | None:
     """NVML's UUID string for a CUDA device index, when torch can tell (else None)."""
     try:
+        # lazy: the timing modules import without torch (tests/test_cuda_timer.py)
         import torch
 
         uuid = getattr(torch.cuda.get_device_properties(cuda_index), "uuid", None)
@@ -569,6 +570,7 @@ def for_device(device: str = "cuda", index: int | None = None, *, period_s: floa
         index = int(device.split(":", 1)[1]) if ":" in device else 0
         if ":" not in device:
             try:
+                # lazy: the timing modules import without torch (tests/test_cuda_timer.py)
                 import torch
 
                 index = torch.cuda.current_device()

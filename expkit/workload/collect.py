@@ -26,11 +26,17 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+import torch
+
 from ..core.findings import WARNING, Finding
 from ..verdict.wording import fmt_num
 from .compile import CompileStats
 from .profile import ProfileSummary
 from .utilisation import Utilisation
+from ..checks.expectations import matches_kernel, matches_op
+from ..checks.preflight import make_generator
+from ..core.errors import ManifestError
+from ..manifest.refs import resolve
 
 # --- workloads ---------------------------------------------------------------------
 
@@ -123,7 +129,6 @@ def sync_for(device: str) -> Optional[Callable[[], None]]:
     """The device drain a workload's timer and first run need (None on the CPU)."""
     if device != "cuda":
         return None
-    import torch
 
     return torch.cuda.synchronize
 
@@ -131,9 +136,6 @@ def sync_for(device: str) -> Optional[Callable[[], None]]:
 def build_side(lm: Any, op: Callable[..., Any], side: str, params: Mapping[str, Any], seed: int,
                device: str) -> Workload:
     """One side's workload from the manifest's builder, with ``op`` where the kernel goes."""
-    from ..checks.preflight import make_generator
-    from ..core.errors import ManifestError
-    from ..manifest.refs import resolve
 
     e2e = lm.manifest.end_to_end
     builder = resolve(e2e.workload, lm.folder, manifest_path=lm.path, key="end_to_end.workload")
@@ -155,7 +157,6 @@ def identity_findings(replaced: Sequence[str], must_run: Sequence[str], base: Op
     candidate kernel says nothing about it, so that failure invalidates the run. A
     ``replaced`` pattern that matches nothing in the baseline only costs the prediction
     its measured share (a warning)."""
-    from ..checks.expectations import matches_kernel, matches_op
 
     out: List[Finding] = []
     if replaced and base is not None and not base.matched:

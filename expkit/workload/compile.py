@@ -19,6 +19,7 @@ def dynamo_snapshot() -> Dict[str, Any]:
     if "torch._dynamo.utils" not in sys.modules:
         return {}
     try:
+        # lazy: only where a compile has already imported it (the check above); never imported for this
         from torch._dynamo import utils as du
     except Exception:  # a torch without dynamo
         return {}

@@ -225,6 +225,7 @@ def record_runs(run: Callable[[], Any], runs: int, *, cuda: bool) -> Dict[str, A
     """``runs`` runs under ``torch.profiler``, each in a :data:`RUN_LABEL` span; the raw
     chrome trace. The device is drained before the profiler starts and after each run,
     outside the spans, so the harness's own synchronisations are not counted."""
+    # lazy: torch.profiler's import is slow (bench/sides/preload.py); only a recorded call needs it
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 

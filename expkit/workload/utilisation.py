@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Tuple
 
+import torch
+
 
 @dataclass(frozen=True)
 class Utilisation:
@@ -131,7 +133,6 @@ def observe_utilisation(run: Callable[[], Any], seconds: float, sampler: "NvmlUt
 
 def cuda_index() -> int:
     """The current CUDA device's index, as CUDA numbers it."""
-    import torch
 
     return torch.cuda.current_device()
 
@@ -139,8 +140,6 @@ def cuda_index() -> int:
 def cuda_uuid() -> Optional[str]:
     """The current CUDA device's NVML UUID: NVML and CUDA may number GPUs differently."""
     try:
-        import torch
-
         uuid = torch.cuda.get_device_properties(torch.cuda.current_device()).uuid
         return f"GPU-{uuid}"
     except Exception:
