@@ -23,12 +23,14 @@ def __getattr__(name: str) -> object:
     # ``Workload`` (what an ``end_to_end.workload`` builder returns) is imported on first
     # use, so that ``import expkit`` stays as light as the manifest and settings it needs.
     if name == "Workload":
+        # lazy: `import expkit` loads no torch; the names that need it resolve on first use
         from .workload.collect import Workload
 
         return Workload
     # The Python API (expkit/api/): ``expkit.run``, ``expkit.load`` and their ``Result``,
     # imported on first use for the same reason (the runner brings torch).
     if name in ("run", "load", "Result", "audit"):
+        # lazy: `import expkit` loads no torch; the names that need it resolve on first use
         from . import api
 
         return getattr(api, name)

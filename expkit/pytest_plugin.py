@@ -32,6 +32,7 @@ no torch import.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +69,7 @@ class _State:
     verdicts: List[Tuple[str, str]] = field(default_factory=list)
 
     def session(self) -> Path:
+        # lazy: pytest loads this plugin in every session; torch and the run machinery load only in a test that uses them
         from .report import session as sessions
 
         if self.session_dir is None:
@@ -102,6 +104,7 @@ def _run_name(nodeid: str) -> str:
 
 def _cuda_available() -> bool:
     try:
+        # lazy: pytest loads this plugin in every session; torch and the run machinery load only in a test that uses them
         import torch
 
         return bool(torch.cuda.is_available())
@@ -115,6 +118,7 @@ def _message(result: Any) -> str:
 
 def hold(state: _State, nodeid: str, manifest: Any, settings: dict, inconclusive: Optional[str] = None) -> Any:
     """Run one claim for the test ``nodeid`` and turn its verdict into the test's outcome."""
+    # lazy: pytest loads this plugin in every session; torch and the run machinery load only in a test that uses them
     from . import api
     from .core.errors import ExpkitError
 
@@ -157,6 +161,7 @@ class Claim:
         ``name`` -- default: the test's name -- and further manifest keys in
         ``manifest_keys``). Other keyword arguments are runner settings.
         """
+        # lazy: pytest loads this plugin in every session; torch and the run machinery load only in a test that uses them
         from . import api
 
         parts = {"baseline": baseline, "candidate": candidate, "inputs": inputs, "speedup": speedup}
@@ -189,7 +194,6 @@ def expkit_result() -> Any:
 
 
 def _marked_manifest(item: pytest.Item, manifest: Any) -> Any:
-    import os
 
     if isinstance(manifest, (str, os.PathLike)) and not Path(manifest).is_absolute():
         beside = Path(item.path).parent / manifest
@@ -232,6 +236,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(STATE, None)
     if state is not None and state.session_dir is not None:
+        # lazy: pytest loads this plugin in every session; torch and the run machinery load only in a test that uses them
         from .report.session import render_session
 
         render_session(state.session_dir)

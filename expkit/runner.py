@@ -9,6 +9,7 @@ with the error in its reasons, and the report is still written.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import random
 import secrets
 import time
@@ -31,10 +32,15 @@ from .verdict import stats
 from .core.errors import ExpkitError, OutOfMemoryPlan
 from .core.findings import WARNING, Finding
 from .core.version import __version__
+from .manifest import catalog, prices
 from .manifest.spec import LoadedManifest, load as load_manifest
 from .manifest.settings import Settings, load_settings
 from .verdict import pipeline
 from .verdict.rules import INCONCLUSIVE, INVALID, Verdict
+from .bench.sides.ledger import peaks
+from .verdict.roofline import Work, roofline
+from .verdict.savings import savings
+from .workload.assess import judge
 
 
 @dataclass(frozen=True)
@@ -64,8 +70,6 @@ def _cost(seconds: float, device: str, env: Mapping[str, Any], settings: Setting
     else:
         rate, source = None, None
         try:
-            from .manifest import catalog, prices
-
             spec = catalog.match_device(env["gpu"].get("name") or "")
             price = prices.price_for(spec.key, settings.cost.provider) if spec else None
             if price is not None:
@@ -242,7 +246,6 @@ def _memory_section(memory: Any, ledger: Optional[Mapping[str, Any]]) -> Optiona
     side's requests measured (``bench.sides.ledger``)."""
     if memory is None and not ledger:
         return None
-    from .bench.sides.ledger import peaks
 
     out = memory.to_dict() if memory is not None else {"input_sets": None, "notes": ["no memory plan was made"]}
     out["measured"] = ({role: {"peaks": peaks(rows), "requests": rows} for role, rows in ledger.items()}
@@ -278,7 +281,6 @@ def write_invalid_run(path: str | Path, out_dir: Path, finding: Finding, overrid
     any other run. The environment is the worker's ``env.json`` where it got that far;
     otherwise this process's, with the device marked as not recorded.
     """
-    import json
 
     lm = load_manifest(path)
     m = lm.manifest
@@ -302,8 +304,6 @@ def write_invalid_run(path: str | Path, out_dir: Path, finding: Finding, overrid
 def _v2_fields(lm: LoadedManifest, result: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
                logs: Mapping[str, Any], telemetry_note: str) -> Dict[str, Any]:
     """Fields of result.json schema 2: savings, roofline, telemetry summary (see report/store.py)."""
-    from .verdict.roofline import Work, roofline
-    from .verdict.savings import savings
 
     m = lm.manifest
     cases = result["measured"]["cases"]
@@ -335,7 +335,6 @@ def _end_to_end(lm: LoadedManifest, pair: Any, settings: Settings, run_seed: int
     timing are not spent on a kernel that failed its seconds of checks."""
     if lm.manifest.end_to_end is None:
         return None
-    from .workload.assess import judge
 
     bad = next((f for f in findings if f.invalidates), None)
     if bad is not None:

@@ -62,6 +62,8 @@ from .manifests import ManifestLike, Prepared, claim_manifest, manifest_dict, pr
 from .references import DICT_SOURCE, reference
 from .result import CaseResult, Overall, Result, SideTime
 from .overrides import settings_overrides
+from ..report import session as sessions, store
+from ..suites.audit import run_audit
 
 #: ``progress(case, rounds, width, budget_left)``, called once a round (``timing.measure.ProgressFn``).
 ProgressFn = Callable[[str, int, Optional[float], float], None]
@@ -104,7 +106,7 @@ def run(manifest: ManifestLike, *, out: Optional[Union[str, "os.PathLike[str]"]]
     verdict ``invalid``. Any other exception escapes with the run folder in its
     ``expkit_run_dir`` attribute.
     """
-    from ..report import session as sessions
+    # lazy: `import expkit` loads no torch; the runner, and torch with it, load with the first run
     from ..runner import default_out_dir
 
     _refuse_inside_worker()
@@ -136,7 +138,7 @@ def run(manifest: ManifestLike, *, out: Optional[Union[str, "os.PathLike[str]"]]
 
 def _run_into(prepared: Prepared, run_dir: Path, overrides: Sequence[str], progress: Optional[ProgressFn],
               plots: bool = True) -> Result:
-    from ..report import store
+    # lazy: `import expkit` loads no torch; the runner, and torch with it, load with the first run
     from ..runner import run_manifest
 
     try:
@@ -158,7 +160,6 @@ def _run_into(prepared: Prepared, run_dir: Path, overrides: Sequence[str], progr
 
 def load(run_dir: Union[str, "os.PathLike[str]"]) -> Result:
     """Read a finished run folder (its ``result.json``, upgraded from older versions) as a :class:`Result`."""
-    from ..report import store
 
     run_dir = Path(run_dir)
     path = run_dir / store.RESULT
@@ -176,6 +177,5 @@ def audit(paths: Union[str, Sequence[str]], **options: Any) -> Any:
     ``run_audit``'s (``problems``, ``out``, ``overrides``, ``preset``, ``jobs``,
     ``retries``, ``budget``, ``claims``, ...). Returns its ``AuditOutcome``: the final
     record of each candidate, the audit folder and ``audit.md`` (docs/audit.md)."""
-    from ..suites.audit import run_audit
 
     return run_audit([paths] if isinstance(paths, (str, os.PathLike)) else list(paths), **options)

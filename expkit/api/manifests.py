@@ -17,9 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+import yaml
+
 from ..core.errors import ManifestError
-from ..manifest.spec import LoadedManifest, Manifest
+from ..manifest.spec import LoadedManifest, Manifest, load as load_file
 from .references import DICT_SOURCE, reference
+from ..manifest.schema import SchemaError, build
+from ..report.store import atomic_write
 
 #: What :func:`expkit.run` accepts as a manifest.
 ManifestLike = Union[str, "os.PathLike[str]", Mapping[str, Any], Manifest, LoadedManifest]
@@ -68,7 +72,6 @@ def manifest_dict(manifest: Union[Mapping[str, Any], Manifest], source: str = DI
     file paths become absolute (a dict has no folder to be relative to). Raises
     :class:`ManifestError` naming the key at fault.
     """
-    from ..manifest.schema import SchemaError, build
 
     if isinstance(manifest, Manifest):
         raw: Dict[str, Any] = dataclasses.asdict(manifest)
@@ -130,9 +133,7 @@ def claim_manifest(*, name: str, baseline: Any, candidate: Any, inputs: Any, spe
 
 def write_manifest(data: Mapping[str, Any], path: Path) -> Path:
     """Write a manifest dict (from :func:`manifest_dict`) as YAML; returns ``path``."""
-    import yaml
 
-    from ..report.store import atomic_write
 
     header = ("# Written by expkit.run from a Python manifest: callables are written as the\n"
               "# module:qualname the worker process imports them by.\n")
@@ -152,7 +153,6 @@ class Prepared:
 
 def prepare(manifest: ManifestLike) -> Prepared:
     """Check ``manifest`` and say what will run (see :func:`run`); raises :class:`ManifestError`."""
-    from ..manifest.spec import load as load_file
 
     if isinstance(manifest, LoadedManifest):
         return Prepared(manifest.manifest.name, manifest.manifest.device, path=manifest.path)

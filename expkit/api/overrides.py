@@ -17,6 +17,7 @@ import re
 from typing import Any, List, Mapping
 
 from ..core.errors import ConfigError
+from ..manifest.settings import Settings
 
 __all__ = ["settings_overrides"]
 
@@ -46,7 +47,6 @@ def settings_overrides(settings: Mapping[str, Any]) -> List[str]:
     Raises :class:`ConfigError` for a top-level key the runner's settings do not have,
     naming the nearest one; deeper keys are checked by Hydra when the run composes them.
     """
-    from ..manifest.settings import Settings
 
     known = [f.name for f in dataclasses.fields(Settings) if f.name != "overrides"]
     out: List[str] = []
