@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CLEAN = ["core", "verdict", "report", "manifest", "checks", "timing", "workload", "api", "runner.py",
+CLEAN = ["core", "verdict", "report", "manifest", "checks", "timing", "workload", "api", "suites", "cli", "runner.py",
          "pytest_plugin.py", "__init__.py"]
 
 

@@ -12,8 +12,10 @@ on stderr, never a traceback (:mod:`.boundary`).
 from __future__ import annotations
 
 import argparse
+import atexit
 import difflib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
@@ -153,6 +155,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """One manifest through :func:`expkit.api.run`; several (or ``--resume``) through the suite runner."""
+    # lazy: each command loads only what it runs; `expkit --help` loads none of it
     from .. import api
     from ..suites.suite import is_suite
     from .progress import Progress
@@ -170,6 +173,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         _plan_progress(prog, paths[0])
         result = api.run(paths[0], out=args.out, session=args.session, overrides=overrides, progress=prog.update,
                          plots=False)
+    # lazy: each command loads only what it runs; `expkit --help` loads none of it
     from ..report.ci_summary import publish
 
     publish([result.record], [str(result.report)])
@@ -185,6 +189,7 @@ def _draw_plots(run_dir: Path, record: Any) -> None:
     """The report's figures, after the verdict is out (matplotlib's import, and on a fresh
     machine its font cache, cost seconds nobody should wait on for a verdict): the report
     is rendered again, from the same result, with them."""
+    # lazy: each command loads only what it runs; `expkit --help` loads none of it
     from ..report import run_report
 
     try:
@@ -195,6 +200,7 @@ def _draw_plots(run_dir: Path, record: Any) -> None:
 
 def cmd_suite(args: argparse.Namespace, paths: List[str], overrides: List[str]) -> int:
     """Several manifests (a folder, a glob, a list) or ``--resume``: see ``suites/suite.py``."""
+    # lazy: each command loads only what it runs; `expkit --help` loads none of it
     from ..suites.suite import format_summary, run_suite, stderr_log
 
     if args.resume is not None and paths:
@@ -202,6 +208,7 @@ def cmd_suite(args: argparse.Namespace, paths: List[str], overrides: List[str]) 
     out = args.session if args.session is not None else args.out
     outcome = run_suite(paths, overrides, out=out, append=args.session is not None, resume=args.resume,
                         log=None if args.quiet or args.json else stderr_log)
+    # lazy: each command loads only what it runs; `expkit --help` loads none of it
     from ..report.ci_summary import publish_session
 
     publish_session(outcome.session_dir)
@@ -216,6 +223,7 @@ def cmd_suite(args: argparse.Namespace, paths: List[str], overrides: List[str]) 
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    # lazy: each command loads only what it runs; `expkit --help` loads none of it
     from ..suites.kernelbench_import import write_manifests
 
     written, orphans = write_manifests(args.dir, args.out, device=args.device, precision=args.precision,
@@ -233,6 +241,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     """A whole generation run: see ``suites/audit.py``; exit 0 once every candidate has a record."""
+    # lazy: each command loads only what it runs; `expkit --help` loads none of it
     from ..suites.audit import run_audit
     from ..suites.suite import stderr_log
     from ..report.audit_report import terminal_summary
@@ -255,6 +264,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def _plan_progress(prog: object, path: str) -> None:
     """Tell the progress line the run's name and cases (a bad manifest fails later, properly)."""
+    # lazy: each command loads only what it runs; `expkit --help` loads none of it
     from ..manifest.spec import load
 
     if not getattr(prog, "enabled", False) or not Path(path).is_file():
@@ -267,6 +277,7 @@ def _plan_progress(prog: object, path: str) -> None:
 
 
 def cmd_session(args: argparse.Namespace) -> int:
+    # lazy: each command loads only what it runs; `expkit --help` loads none of it
     from ..report.ci_summary import publish_session
     from ..report.session import load_session, render_session, summary
 
@@ -280,12 +291,14 @@ def cmd_session(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    # lazy: each command loads only what it runs; `expkit --help` loads none of it
     from ..report.ci_summary import append
     from ..report.compare import compare, render
 
     c = compare(args.a, args.b, confidence=args.confidence, min_effect=args.min_effect, gate=args.gate)
     text = render(c)
     if args.out is not None:
+        # lazy: each command loads only what it runs; `expkit --help` loads none of it
         from ..report.store import atomic_write
 
         atomic_write(args.out, text)
@@ -295,6 +308,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    # lazy: each command loads only what it runs; `expkit --help` loads none of it
     from ..manifest.spec import load
     from ..manifest.refs import resolve
     from ..suites.suite import expand
@@ -310,6 +324,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             lm = load(path)
             m = lm.manifest
             if m.kernelbench is not None:
+                # lazy: each command loads only what it runs; `expkit --help` loads none of it
                 from ..manifest.kernelbench import sides
 
                 candidate = sides(lm)[1]
@@ -327,6 +342,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    # lazy: each command loads only what it runs; `expkit --help` loads none of it
     from ..report import run_report
 
     print(run_report.write(args.run_dir))
@@ -334,6 +350,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
+    # lazy: each command loads only what it runs; `expkit --help` loads none of it
     from ..suites.bisect import bisect
 
     res = bisect(args.good, args.bad, args.manifest, args.overrides)
@@ -349,12 +366,14 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    # lazy: each command loads only what it runs; `expkit --help` loads none of it
     from ..manifest.json_schema import render
 
     text = render()
     if args.out is None:
         sys.stdout.write(text)
         return 0
+    # lazy: each command loads only what it runs; `expkit --help` loads none of it
     from ..report.store import atomic_write
 
     atomic_write(args.out, text)
@@ -363,6 +382,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    # lazy: each command loads only what it runs; `expkit --help` loads none of it
     from . import doctor
 
     checks = doctor.diagnose()
@@ -393,7 +413,6 @@ def _details_folder(args: argparse.Namespace) -> Optional[Path]:
 def _quiet_stdout() -> None:
     """Point stdout at /dev/null once its reader has gone, so that the flush at exit does not
     fail again; as the Python documentation advises for SIGPIPE."""
-    import os
 
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -404,6 +423,7 @@ def _quiet_stdout() -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``expkit ARGS``: the exit code (see the module docstring); never raises, never prints a traceback."""
+    # lazy: each command loads only what it runs; `expkit --help` loads none of it
     from . import boundary
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -426,6 +446,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _quiet_stdout()
         return EXIT_BROKEN_PIPE
     except BaseException as e:  # the one boundary: a line here, the traceback in a file
+        # lazy: each command loads only what it runs; `expkit --help` loads none of it
         from ..api import RUN_DIR_ATTR
 
         folder = getattr(e, RUN_DIR_ATTR, None) or _details_folder(args)
@@ -439,8 +460,6 @@ def entry() -> NoReturn:
     project's 2-core machine (evidence/README.md). By then every file the
     command wrote is closed and every worker ended; the exit handlers (multiprocessing's,
     any a side's code registered in-process) still run, then the process ends."""
-    import atexit
-    import os
 
     code = main()
     try:

@@ -24,6 +24,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..core.version import __version__
+from ..manifest.paths import conf_dir
+from ..manifest.settings import load_settings
+from ..timing.telemetry import DEFAULT_SLOW_CLOCK_THRESHOLD, NullTelemetry, open_telemetry
 
 OK, MISSING, NOTE = "ok", "missing", "note"
 #: Marks before each line of the text form.
@@ -75,6 +78,7 @@ def _import_ok(name: str) -> bool:
 def _torch_probe() -> Tuple[Optional[str], bool, str]:
     """(torch version or None, CUDA available, a word on the device or why not)."""
     try:
+        # lazy: the doctor reports a missing or broken torch instead of failing to start
         import torch
     except Exception as e:  # no torch at all: every run needs it
         return None, False, f"{type(e).__name__}: {e}"
@@ -105,10 +109,8 @@ def _usable_cpus() -> int:
 
 
 def _settings_probe() -> str:
-    from ..manifest.settings import load_settings
 
     load_settings([])
-    from ..manifest.paths import conf_dir
 
     return str(conf_dir())
 
@@ -134,7 +136,6 @@ REAL = Machine()
 
 
 def _gpu_checks(m: Machine) -> List[Check]:
-    from ..timing.telemetry import DEFAULT_SLOW_CLOCK_THRESHOLD, NullTelemetry, open_telemetry
 
     try:
         nvml = m.nvml()

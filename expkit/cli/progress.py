@@ -23,6 +23,10 @@ import sys
 import time
 from typing import Any, Callable, Optional, Sequence, TextIO
 
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
 
 class Progress:
     def __init__(self, enabled: bool = True, stream: Optional[TextIO] = None, *,
@@ -70,8 +74,6 @@ class Progress:
         return " · ".join(parts)
 
     def _start(self) -> Any:
-        from rich.console import Console
-        from rich.live import Live
 
         console = Console(file=self.stream, force_terminal=True, highlight=False)
         live = Live(console=console, transient=True, auto_refresh=False, redirect_stdout=False,
@@ -86,7 +88,6 @@ class Progress:
         if now - self._last_t < self.min_interval:
             return
         self._last_t = now
-        from rich.text import Text
 
         if self._live is None:
             self._live = self._start()

@@ -40,6 +40,7 @@ interval rests on (docs/audit.md says what sharing would take).
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import re
 import time
 from dataclasses import asdict, dataclass
@@ -49,6 +50,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from ..core.errors import ExpkitError
 from ..report import audit_report as rep
 from .manifest_process import DONE, Job, Outcome
+from ..report import session as ses
+from ..manifest.settings import load_settings
+from ..manifest.spec import load
+from ..report import store
+from ..report.store import atomic_write, write_json
+from .kernelbench_import import Pair, manifest_text
+from .launchers import make_launcher, visible_gpus
+from .suite import expand, resume_overrides, sigterm_as_interrupt
 
 KERNEL_FILE = re.compile(r"^level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py$")
 #: Presets from the cheapest; an inconclusive candidate moves one step up per retry.
@@ -122,8 +131,6 @@ def kernelbench_candidates(run_dir: Path, manifests: Path, *, problems: Optional
                            ) -> Tuple[List[Candidate], List[str], List[str], str]:
     """Write one manifest per generated kernel; returns the candidates, the kernels with no
     problem file, the problems with no kernel, and the problems' folder(s)."""
-    from ..report.store import atomic_write
-    from .kernelbench_import import Pair, manifest_text
 
     run_dir = Path(run_dir)
     found = sorted((tuple(int(g) for g in m.groups()), p) for p in run_dir.iterdir()
@@ -159,8 +166,6 @@ def kernelbench_candidates(run_dir: Path, manifests: Path, *, problems: Optional
 
 def manifest_candidates(paths: Sequence[str]) -> List[Candidate]:
     """Candidates from manifests: one problem per ``kernelbench.problem`` (else per baseline)."""
-    from ..manifest.spec import load
-    from .suite import expand
 
     cands: List[Candidate] = []
     per_problem: Dict[str, int] = {}
@@ -206,7 +211,6 @@ class _Retries:
 
     def _cap(self, preset: str) -> float:
         if preset not in self._caps:
-            from ..manifest.settings import load_settings
 
             self._caps[preset] = float(load_settings(list(_with_preset(self.overrides, preset))).measure.max_seconds)
         return self._caps[preset]
@@ -245,7 +249,6 @@ def _gpus(settings: Any, launcher: Any) -> Optional[List[str]]:
     if launcher is not None:
         return launcher.gpus()
     if settings.launcher.name == "local":
-        from .launchers import visible_gpus
 
         return visible_gpus()
     return None
@@ -284,8 +287,6 @@ def run_audit(paths: Sequence[str] = (), *, problems: Optional[Path] = None, out
     Returns the final record of each candidate; the exit code is 0 once every candidate
     has one (130 if interrupted).
     """
-    from ..report.store import write_json
-    from .suite import sigterm_as_interrupt
 
     say = log or (lambda line: None)
     if resume is not None:
@@ -313,7 +314,6 @@ def run_audit(paths: Sequence[str] = (), *, problems: Optional[Path] = None, out
         say(f"interrupted: finished candidates are kept; finish with: expkit audit --resume {session_dir}")
     finally:
         restore()
-    from ..report import session as ses
 
     plan.update(wall_seconds=round(float(plan.get("wall_seconds") or 0) + time.monotonic() - t0, 3),
                 finished=_now(), interrupted=interrupted)
@@ -325,8 +325,6 @@ def run_audit(paths: Sequence[str] = (), *, problems: Optional[Path] = None, out
 
 
 def _launch(overrides: Sequence[str], preset: str, session_dir: Path, launcher: Any) -> Tuple[Any, Any]:
-    from ..manifest.settings import load_settings
-    from .launchers import make_launcher
 
     settings = load_settings(list(_with_preset(overrides, preset)))
     return settings, (launcher if launcher is not None else make_launcher(settings.launcher, session_dir))
@@ -337,7 +335,6 @@ def _planned(paths: Sequence[str], *, problems: Optional[Path], out: Optional[Pa
              timeout: Optional[float], retries: int, budget: Optional[float], claims: Optional[Path],
              allow_baseline_ops: bool, launcher: Any) -> Tuple[Path, Dict[str, Any], List[Candidate], _Retries]:
     """A new audit folder, its manifests and its plan (``audit.json``), checked before anything runs."""
-    from ..report import session as ses
 
     if not paths:
         raise ExpkitError("audit: give a generation run's folder (KernelBench layout), manifests, "
@@ -358,7 +355,6 @@ def _planned(paths: Sequence[str], *, problems: Optional[Path], out: Optional[Pa
     if timeout is not None:
         extra.append(f"launcher.timeout_seconds={timeout:g}")
     claimed = rep.read_claims(Path(claims)) if claims is not None else None
-    from ..manifest.settings import load_settings
 
     # Everything a user can get wrong fails here, before any folder is made.
     settings = load_settings(list(_with_preset(extra, preset)))
@@ -389,7 +385,6 @@ def _planned(paths: Sequence[str], *, problems: Optional[Path], out: Optional[Pa
 def _resumed(session_dir: Path, overrides: Sequence[str]) -> Tuple[Path, Dict[str, Any],
                                                                    List[Tuple[Candidate, str, int]], _Retries]:
     """An audit folder's plan and what is left of it: no record yet, or a retry that was due."""
-    from .suite import resume_overrides
 
     plan = rep.load_audit(session_dir)
     plan["overrides"] = resume_overrides(plan.get("overrides") or [], overrides)
@@ -411,9 +406,7 @@ def _resumed(session_dir: Path, overrides: Sequence[str]) -> Tuple[Path, Dict[st
 
 def _run_folder(session_dir: Path, name: str, manifest: str) -> Path:
     """The attempt's run folder: registered in the session, or the one an interrupted attempt left."""
-    import json
 
-    from ..report import session as ses
 
     listed = {r["run"] for r in json.loads((session_dir / ses.SESSION).read_text())["runs"]}
     if name in listed:
@@ -424,7 +417,6 @@ def _run_folder(session_dir: Path, name: str, manifest: str) -> Path:
 def _run_rounds(todo: List[Tuple[Candidate, str, int]], session_dir: Path, plan: Dict[str, Any], settings: Any,
                 launch: Any, retry: _Retries, say: Log) -> None:
     """Each round runs its attempts; the inconclusive ones go to the next round, one preset up."""
-    from ..report import session as ses
 
     total = len(plan["candidates"])
     done_count = [total - len({c.candidate for c, _, _ in todo})]
@@ -450,7 +442,6 @@ def _run_rounds(todo: List[Tuple[Candidate, str, int]], session_dir: Path, plan:
             run_dir = Path(job.run_dir)
             result = None
             if o.status == DONE:
-                from ..report import store
 
                 ses.mark(session_dir, run_dir, ses.CRASHED if o.crashed else ses.DONE, note=o.cause)
                 result = store.load_result(run_dir / store.RESULT)

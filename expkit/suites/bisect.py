@@ -20,6 +20,7 @@ commit together with the verdict and reasons that made it bad.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from ..core.errors import ExpkitError
+from ..manifest.settings import check_override
 
 GOOD, BAD, SKIP = 0, 1, 125
 VERDICT_TO_BISECT = {"supported": GOOD, "refuted": BAD, "invalid": BAD, "inconclusive": SKIP}
@@ -61,7 +63,6 @@ def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
 def bisect(good: str, bad: str, manifest: str | Path, overrides: Sequence[str] = ("measure=quick",),
            repo: Optional[Path] = None) -> BisectResult:
     """Find the first commit between ``good`` and ``bad`` where the manifest stops being supported."""
-    from ..manifest.settings import check_override
 
     given = manifest
     manifest = Path(manifest).resolve()
@@ -105,6 +106,7 @@ def bisect(good: str, bad: str, manifest: str | Path, overrides: Sequence[str] =
 
 def step(manifest: str, overrides: Sequence[str], log: Optional[str]) -> int:
     """One bisect step: run the manifest at the checked-out commit, map the verdict."""
+    # lazy: the supervisor loads no torch (tests/test_start_method.py); the runner loads where a run is made
     from ..runner import run_manifest
 
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -122,7 +124,6 @@ def step(manifest: str, overrides: Sequence[str], log: Optional[str]) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    import argparse
 
     p = argparse.ArgumentParser(prog="python -m expkit.suites.bisect")
     sub = p.add_subparsers(dest="cmd", required=True)

@@ -40,6 +40,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Sequence, Tuple
 
+import pynvml
+
 from ..core.errors import ConfigError
 from ..manifest.settings import LauncherSettings
 from .manifest_process import ERROR_STATUS, Job, Outcome, supervise, warm_up
@@ -81,7 +83,6 @@ def visible_gpus(environ: Optional[Dict[str, str]] = None, nvml_count: Optional[
 
 
 def _nvml_count() -> int:
-    import pynvml
 
     pynvml.nvmlInit()
     try:
@@ -196,6 +197,7 @@ class SubmititLauncher:
         return params
 
     def executor(self, device: str) -> Any:
+        # lazy: submitit loads only for the SLURM launcher
         import submitit
 
         ex = submitit.AutoExecutor(folder=self.folder / "%j", cluster=self.settings.cluster)

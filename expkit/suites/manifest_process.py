@@ -49,18 +49,24 @@ holding a GPU.
 from __future__ import annotations
 
 import datetime as _dt
+import faulthandler
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
 from ..bench.processes.diagnose import diagnose
 from ..bench.processes.lifetime import die_with_parent
+from ..core.errors import ExpkitError
+from ..core.findings import Finding
+from ..manifest.settings import Settings
+from ..verdict.rules import EXIT_CODES
 
 JOB = "job.json"
 WORKER = "worker.json"  # how the worker ended: its run time, exit code, GPU, the supervisor's wall time
@@ -171,9 +177,7 @@ def worker_overrides(job: Job) -> Tuple[str, ...]:
     overrides = tuple(job.overrides)
     if job.device == "cuda" or any(o.lstrip("+~").startswith("defences.start_method") for o in overrides):
         return overrides
-    from dataclasses import fields
 
-    from ..manifest.settings import Settings
 
     defences = next((f for f in fields(Settings) if f.name == "defences"), None)
     if defences is None or "start_method" not in {f.name for f in fields(defences.default_factory())}:
@@ -183,7 +187,6 @@ def worker_overrides(job: Job) -> Tuple[str, ...]:
 
 def run_job(job: Job) -> int:
     """Run ``job`` in this process; returns the exit code (verdict's, or 2)."""
-    import faulthandler
 
     run_dir = Path(job.run_dir)
     faulthandler.enable(all_threads=True)
@@ -199,19 +202,21 @@ def run_job(job: Job) -> int:
         os.chdir(job.cwd)  # relative paths in overrides mean what they meant to the suite
     except OSError:
         pass  # a cluster node without the submitting machine's folder: absolute paths still work
-    from ..core.errors import ExpkitError
 
     try:
         if job.threads:
+            # lazy: the supervisor imports this module and loads no torch (tests/test_start_method.py)
             import torch
 
             torch.set_num_threads(job.threads)
         if job.device == "cuda" and "torch" in sys.modules:
+            # lazy: the supervisor imports this module and loads no torch (tests/test_start_method.py)
             import torch
 
             # A fork of a process that had initialised CUDA would inherit a broken
             # context and ignore CUDA_VISIBLE_DEVICES; the fork server never does.
             assert not torch.cuda.is_initialized(), "CUDA was initialised before the worker chose its GPU"
+        # lazy: the supervisor imports this module and loads no torch (tests/test_start_method.py)
         from ..runner import run_manifest
 
         print(f"expkit worker pid {os.getpid()}: {job.manifest} -> {job.run_dir}"
@@ -238,6 +243,7 @@ def _release_forkserver() -> None:
     outlive a killed suite. The attribute is CPython's (3.8 to 3.13); where it is
     missing nothing is closed and the worker ends at its own time limit only.
     """
+    # lazy: the supervisor imports this module and loads no torch (tests/test_start_method.py)
     from ..bench.sides.worker import release_forkserver_pipe
 
     release_forkserver_pipe()
@@ -278,7 +284,6 @@ _FORKSERVER: Any = None
 def _forkserver() -> Any:
     global _FORKSERVER
     if _FORKSERVER is None:
-        import multiprocessing
 
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(list(PRELOAD))
@@ -365,7 +370,7 @@ def _now() -> str:
 
 def record_crash(job: Job, cause: str, *, started: str, wall: float) -> Outcome:
     """Write the ``invalid`` result of a worker that left none (see the module docstring)."""
-    from ..core.findings import Finding
+    # lazy: the supervisor loads the runner, and torch with it, only to record a worker that left no result
     from ..runner import write_invalid_run
 
     message = f"{cause} (see {STDERR} in the run folder)"
@@ -435,7 +440,6 @@ def supervise(job: Job, start: str = "spawn", *, cancel: Any = None) -> Outcome:
         # The runner finished (a crash at interpreter exit, after the result was
         # written, does not undo it).
         verdict = json.loads((run_dir / RESULT).read_text())["verdict"]
-        from ..verdict.rules import EXIT_CODES
 
         return Outcome(job.run_dir, DONE, verdict, EXIT_CODES[verdict], seconds=wall, returncode=rc)
     if rc == 2 and (run_dir / ERROR).is_file():

@@ -48,6 +48,13 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..core.errors import ConfigError, ExpkitError
 from .manifest_process import DONE, RESULT, Job, Outcome
+from ..manifest.spec import load as load_manifest
+from ..report import session as ses
+from ..manifest.settings import load_settings
+from ..report import store
+from ..report.store import write_json
+from ..verdict.wording import fmt_x
+from .launchers import make_launcher
 
 SUITE = "suite.json"
 SUITE_SCHEMA_VERSION = 1
@@ -154,7 +161,6 @@ def resume_overrides(recorded: Sequence[str], given: Sequence[str]) -> List[str]
 
 
 def _row_from_result(run_dir: Path, manifest: str, rec: Mapping[str, Any]) -> Row:
-    from ..report import store
 
     try:
         res = store.load_result(run_dir / store.RESULT)
@@ -175,10 +181,6 @@ def run_suite(paths: Sequence[str] = (), overrides: Sequence[str] = (), *, out: 
     replaces the one the settings choose. ``log`` receives one line per run started
     and ended.
     """
-    from ..report import session as ses
-    from .launchers import make_launcher
-    from ..manifest.spec import load as load_manifest
-    from ..manifest.settings import load_settings
 
     say = log or (lambda line: None)
     if resume is not None:
@@ -212,7 +214,6 @@ def run_suite(paths: Sequence[str] = (), overrides: Sequence[str] = (), *, out: 
         else:
             first = paths[0] if len(paths) == 1 else "suite"
             session_dir = ses.new_session(root, name=Path(first.split("*")[0].rstrip("/") or "suite").name)
-        from ..report.store import write_json
 
         write_json(session_dir / SUITE, {"schema_version": SUITE_SCHEMA_VERSION, "started": _now(),
                                          "paths": list(paths), "overrides": list(overrides),
@@ -311,7 +312,6 @@ def _cell(text: Any) -> str:
 
 def format_summary(outcome: SuiteOutcome) -> str:
     """The table ``expkit run`` prints after a suite: one row per run, failures included."""
-    from ..verdict.wording import fmt_x
 
     lines = ["| Run | Verdict | Measured speedup [interval] | Claimed | Time | Note |",
              "|---|---|---|---|---|---|"]
