@@ -11,7 +11,6 @@ frozen all the way down: a stage that tries to edit a result another has read ge
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, NoReturn, Optional, Tuple
 
