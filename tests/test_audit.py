@@ -214,6 +214,19 @@ def test_retries_stop_at_the_count_the_budget_or_the_last_preset(tmp_path, kwarg
     assert out.records[0]["verdict"] == "inconclusive"
 
 
+def test_an_unreadable_result_is_that_candidates_record_not_the_audits_end(tmp_path):
+    def supervise(job, start, cancel=None):
+        damaged = {**_fake_result("supported"), "measured": {"overall": {"speedup": 1.0}, "cases": {}}}
+        store.write_json(Path(job.run_dir) / store.RESULT, damaged)
+        return Outcome(job.run_dir, DONE, "supported", 0, seconds=1.0)
+
+    out = audit.run_audit([str(_one_candidate(tmp_path))], out=tmp_path / "a", device="cpu",
+                          launcher=LocalLauncher(LauncherSettings(), gpus=[], supervisor=supervise))
+    rec = out.records[0]
+    assert rec["verdict"] is None and not rec["correct"]
+    assert "not a result.json expkit can read (key 'ci_low' missing)" in rec["reason"], rec["reason"]
+
+
 def test_a_usage_error_is_one_line(tmp_path):
     with pytest.raises(ExpkitError, match="--measure 'fast'"):
         audit.run_audit([str(RUN)], preset="fast", out=tmp_path / "a")

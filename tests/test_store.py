@@ -110,6 +110,19 @@ def test_unreadable_versions_are_a_clear_error(tmp_path, version):
         store.load_result(tmp_path / store.RESULT)
 
 
+@pytest.mark.parametrize("damage, words", [(lambda d: d.pop("name"), "key 'name' missing"),
+                                           (lambda d: d["measured"]["overall"].pop("ci_low"), "key 'ci_low' missing"),
+                                           (lambda d: d.update(verdict="great"), "unknown verdict")])
+def test_a_damaged_result_is_one_clear_error_naming_the_file(tmp_path, damage, words):
+    """A result.json edited by hand or cut by a full disk: an ExpkitError naming the file and
+    what is missing (exit 2 at the command line), not a traceback."""
+    data = store.load_result(V1 / store.RESULT).to_json()
+    damage(data)
+    store.write_json(tmp_path / store.RESULT, data)
+    with pytest.raises(ExpkitError, match=f"{tmp_path / store.RESULT}: not a result.json .*{words}.*run the manifest again"):
+        store.load_result(tmp_path / store.RESULT)
+
+
 def test_env_and_run_dir_helpers(tmp_path):
     assert store.load_env(tmp_path / store.ENV) == {}
     assert not store.is_run_dir(tmp_path)

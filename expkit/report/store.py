@@ -252,7 +252,14 @@ def upgrade(data: Mapping[str, Any], where: Any = "result") -> RunResult:
                               f"(it reads 1 to {RESULT_SCHEMA_VERSION})")
         data = _UPGRADES[version](data)
         version = int(data["schema_version"])
-    return RunResult.of(data)
+    try:
+        return RunResult.of(data)
+    except KeyError as e:
+        raise ExpkitError(f"{where}: not a result.json expkit can read (key {e} missing): the file is damaged; "
+                          "run the manifest again") from None
+    except (TypeError, ValueError) as e:
+        raise ExpkitError(f"{where}: not a result.json expkit can read ({e}): the file is damaged; "
+                          "run the manifest again") from None
 
 
 def load_env(path: Path) -> Dict[str, Any]:

@@ -440,18 +440,20 @@ def _run_rounds(todo: List[Tuple[Candidate, str, int]], session_dir: Path, plan:
         def on_done(job: Job, o: Outcome) -> None:
             cand, at, attempt = meta[job.run_dir]
             run_dir = Path(job.run_dir)
-            result = None
+            result, note = None, o.cause
             if o.status == DONE:
-
                 ses.mark(session_dir, run_dir, ses.CRASHED if o.crashed else ses.DONE, note=o.cause)
-                result = store.load_result(run_dir / store.RESULT)
+                try:
+                    result = store.load_result(run_dir / store.RESULT)
+                except ExpkitError as e:  # one unreadable result is that candidate's record, never the audit's end
+                    note = str(e)
             else:
                 ses.mark(session_dir, run_dir, ses.CRASHED, note=f"error: {o.cause}")
             retry.finished(cand.candidate, attempt, o.seconds)
             nxt = retry.decide(cand.candidate, result, attempt, at, o.seconds)
             rec = rep.record(asdict(cand), status=("crashed" if o.crashed else o.status), result=result,
                              attempt=attempt, preset=at, final=nxt is None, seconds=o.seconds,
-                             run_dir=run_dir.name, note=o.cause)
+                             run_dir=run_dir.name, note=note)
             rep.append_record(session_dir, rec)
             if nxt is not None:
                 again.append((cand, nxt, attempt + 1))
