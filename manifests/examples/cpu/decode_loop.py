@@ -3,24 +3,26 @@
 Two attention ops over a static KV cache (``max_len`` slots, the first ``n`` filled):
 
 * ``e2e_examples::attn_masked`` -- the baseline: attention over every slot of the
-  static cache, the unfilled ones masked (matrix products, mask, softmax: the "eager"
-  attention of many decoders, which keeps every step's shapes the same). Its
-  products take K in any layout at the same speed (BLAS reads a transposed operand
-  in place);
+  static cache, the unfilled ones masked (matrix-vector products, mask, softmax: the
+  "eager" attention of many decoders, which keeps every step's shapes the same). It
+  reads K and V in whatever layout it is handed, each product written to run over
+  contiguous rows, so no layout costs it a conversion;
 * ``e2e_examples::attn_prefix_kt`` -- the candidate: reads only the ``n`` filled
-  slots, with K d-major (``[batch, heads, head_dim, max_len]`` in memory) so that
-  ``q @ K^T`` runs over contiguous rows. Handed K in another layout, it converts the
-  whole cache it was given first.
+  slots, with K and V d-major (``[batch, heads, head_dim, max_len]`` in memory) so
+  that both products run over contiguous rows. Handed the cache in another layout, it
+  converts the whole of K and V first.
 
 The kernel's benchmark (``attention_inputs``) allocates the cache d-major, the
 kernel's layout: there the candidate converts nothing, does a quarter of the work and
 wins. In the decoder the cache is position-major (``[batch, heads, max_len,
 head_dim]``, the layout its writes and the prefill path use), so the candidate
-converts the whole static cache on every call, in every layer, at every token, and
+converts the whole static cache on every call, in every layer, at every token:
+it reads both caches whole and writes them whole before its own shorter reads, where
+the baseline reads them once, so it moves at least twice the baseline's bytes and
 decoding gets slower.
 
-The fix, for the record: keep a d-major copy of K beside the cache and write one
-column into it per token, instead of converting the whole cache per call.
+The fix, for the record: keep d-major copies of K and V beside the cache and write
+one column into each per token, instead of converting the whole cache per call.
 Weights and the prompt's keys and values are random: the story is about time, and
 the oracles compare the two sides with each other.
 """
@@ -38,32 +40,56 @@ from expkit import Workload
 Tensor = torch.Tensor
 
 
+def _d_major(x: Tensor) -> bool:
+    """Whether the whole cache ``x`` (``[..., slots, head_dim]``) lies d-major in memory."""
+    return x.transpose(-1, -2).is_contiguous()
+
+
+def _scores(q: Tensor, k: Tensor) -> Tensor:
+    """``q @ k^T``, as the product that runs over contiguous rows of ``k`` in its layout."""
+    if _d_major(k):
+        return torch.matmul(q, k.transpose(-1, -2))
+    return torch.matmul(k, q.transpose(-1, -2)).transpose(-1, -2)
+
+
+def _mix(probs: Tensor, v: Tensor) -> Tensor:
+    """``probs @ v``, as the product that runs over contiguous rows of ``v`` in its layout."""
+    if _d_major(v):
+        return torch.matmul(v.transpose(-1, -2), probs.transpose(-1, -2)).transpose(-1, -2)
+    return torch.matmul(probs, v)
+
+
 @torch.library.custom_op("e2e_examples::attn_masked", mutates_args=())
 def attn_masked(q: Tensor, k: Tensor, v: Tensor, n: int) -> Tensor:
     """Baseline: attention over every slot of the static cache, the unfilled ones masked."""
-    scores = torch.matmul(q, k.transpose(-1, -2)).mul_(1.0 / math.sqrt(q.shape[-1]))
+    scores = _scores(q, k).mul_(1.0 / math.sqrt(q.shape[-1]))
     scores.masked_fill_(torch.arange(k.shape[-2], device=k.device) >= n, float("-inf"))
-    return torch.matmul(torch.softmax(scores, dim=-1), v)
+    return _mix(torch.softmax(scores, dim=-1), v)
+
+
+def _as_d_major(x: Tensor) -> Tensor:
+    """``x`` as a ``[..., head_dim, slots]`` contiguous tensor: a view where ``x`` lies
+    d-major, otherwise a converted copy of the whole of it."""
+    xt = x.transpose(-1, -2)
+    return xt if xt.is_contiguous() else xt.contiguous()
 
 
 @torch.library.custom_op("e2e_examples::attn_prefix_kt", mutates_args=())
 def attn_prefix_kt(q: Tensor, k: Tensor, v: Tensor, n: int) -> Tensor:
-    """Candidate: attention over the ``n`` filled slots only, reading K d-major."""
-    kt = k.transpose(-1, -2)
-    if not kt.is_contiguous():  # not in the kernel's layout: convert the cache first
-        kt = kt.contiguous()
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    scores = torch.matmul(q, kt[..., :n]).mul_(scale)
-    return torch.matmul(torch.softmax(scores, dim=-1), v[..., :n, :])
+    """Candidate: attention over the ``n`` filled slots only, reading K and V d-major."""
+    kt, vt = _as_d_major(k), _as_d_major(v)
+    scores = torch.matmul(q, kt[..., :n]).mul_(1.0 / math.sqrt(q.shape[-1]))
+    probs = torch.softmax(scores, dim=-1)
+    return torch.matmul(vt[..., :n], probs.transpose(-1, -2)).transpose(-1, -2)
 
 
 def attention_inputs(params: Dict[str, Any], gen: torch.Generator, device: str) -> Tuple[Any, ...]:
-    """``(q, k, v, n)``, ``n`` of ``max_len`` slots filled, K allocated d-major as the kernel's benchmark did."""
+    """``(q, k, v, n)``, ``n`` of ``max_len`` slots filled, K and V allocated d-major as the kernel's benchmark did."""
     b, h, d = int(params.get("batch", 1)), int(params["heads"]), int(params["head_dim"])
     t, n = int(params["max_len"]), int(params["filled"])
     q = torch.randn(b, h, 1, d, generator=gen, device=device)
     k = torch.randn(b, h, d, t, generator=gen, device=device).transpose(-1, -2)
-    v = torch.randn(b, h, t, d, generator=gen, device=device)
+    v = torch.randn(b, h, d, t, generator=gen, device=device).transpose(-1, -2)
     return q, k, v, n
 
 
