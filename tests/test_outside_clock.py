@@ -12,6 +12,8 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
+import pytest
+
 from expkit.bench.sides.case_sides import CaseSides
 from expkit.bench.defences.envelope import RecheckPolicy
 from expkit.bench.defences.outside_clock import RequestClock, clock_figures, clock_findings
@@ -144,4 +146,41 @@ def test_a_baseline_of_many_short_calls_a_request_is_read_by_its_own_account():
             rows.append(RequestClock("baseline", 0.0028 + 512 * per_call + 0.0008, 0.0028, 512, 512 * per_call))
             rows.append(RequestClock("candidate", 0.003 + 64 * 20e-6 * (0.6 + 0.8 * rng.random()) + 0.0008,
                                      0.003, 64, 64 * 20e-6))
+        assert clock_findings("c", rows) == [], (seed, clock_figures(rows))
+
+
+def _harness_bursts(side: str, n: int, rng: random.Random, *, timed: float = 0.004, calls: int = 16,
+                    moved: float = 0.0) -> list:
+    """Requests on a host busier than its cores: a third of them preempted inside the harness's
+    own work around the calls (a digest, a commitment), which the worker reports as harness
+    seconds. ``moved``: the share of the timed seconds the reply no longer reports."""
+    out = []
+    for _ in range(n):
+        stolen = 0.004 + 0.008 * rng.random() if rng.random() < 0.33 else 0.0
+        harness = calls * 2e-6 + stolen
+        lag = 0.0008 + 0.0002 * rng.random()
+        out.append(RequestClock(side, timed + harness + lag, timed * (1 - moved), calls, harness + timed * moved))
+    return out
+
+
+@pytest.mark.xfail(strict=True, reason="known hole (docs/threat-model.md, the outside clock, still possible (4)): "
+                   "the floor is the baseline's mean harness seconds a call, which its preempted requests inflate")
+def test_time_the_baseline_lost_inside_its_harness_work_does_not_hide_moved_time():
+    """Seconds a loaded host took from a third of the baseline's requests inside the harness's
+    work raise its mean harness seconds a call, the floor, which is taken off every candidate
+    request's gap, the burst-free ones the lower quartile compares included: a reply that
+    dropped half its timed seconds passes. Reading the floor at the lower quartile closes this
+    and raised an honest candidate beside bursty load
+    (``evidence/defences/outside-clock-load/floor-under-load.md``); this test holds the hole
+    open until a rule closes it without that."""
+    for seed in range(20):
+        rng = random.Random(seed)
+        rows = _harness_bursts("baseline", 30, rng) + _harness_bursts("candidate", 30, rng, moved=0.5)
+        assert clock_findings("c", rows), (seed, clock_figures(rows))
+
+
+def test_honest_sides_preempted_inside_their_harness_work_raise_nothing():
+    for seed in range(20):
+        rng = random.Random(seed)
+        rows = _harness_bursts("baseline", 30, rng) + _harness_bursts("candidate", 30, rng, timed=0.002, calls=32)
         assert clock_findings("c", rows) == [], (seed, clock_figures(rows))
