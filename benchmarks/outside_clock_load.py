@@ -3,13 +3,15 @@
 Runs each manifest ``--rounds`` times (the adversarial suite's fast settings) with ``--busy``
 processes spinning beside it, and prints, for every run, the verdict and the outside clock's
 figures for its case (``expkit.bench.defences.outside_clock``): the candidate's excess over the
-baseline's fixed part, the margin allowed, their ratio (above 1 is ``invalid``), and the
-excess as a share of the candidate's calibrated harness seconds, and the ratio the same
-requests give with the floor read at the lower quartile of the baseline's requests instead of
-its mean harness seconds a call (``q25 floor``: the alternative that host bursts inside the
-harness's work do not inflate). Then, per manifest, the largest and smallest ratio.
+baseline's gap, the margin allowed, their ratio (above 1 is ``invalid``), and the
+excess as a share of the candidate's calibrated harness seconds. Then, per manifest, the
+largest and smallest ratio.
 
-    python benchmarks/outside_clock_load.py [--busy 1] [--rounds 3] [--out DIR] [NAME ...]
+    python benchmarks/outside_clock_load.py [--busy 1] [--rounds 3] [--rows FILE] [NAME ...]
+
+``--rows FILE`` appends each run's block requests as the parent's clock saw them (one JSON
+line a run, seconds to the microsecond), so that other rules can be read on the same requests
+(``benchmarks/clock_rules.py``).
 
 NAME: a manifest under tests/adversarial/cpu/ (its stem), or a path. Default: the honest
 candidates of the adversarial suite, the honest ``1_leaky_relu_where`` KernelBench-style
@@ -19,6 +21,7 @@ test pair, and the two cheats that move time out of their calls.
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import sys
 import tempfile
@@ -51,14 +54,8 @@ def _manifest(name: str, scratch: Path) -> Path:
     return Path(name) if "/" in name else ADV / f"{name}.yaml"
 
 
-def _q25_floor(rows: Any) -> float:
-    from expkit.bench.defences import outside_clock
-
-    per_call = [r.harness / r.calls for r in rows if r.calls > 0]
-    return outside_clock._quantile(per_call, outside_clock.QUANTILE) if per_call else 0.0
-
-
 def one(path: Path, out: Path) -> Dict[str, Any]:
+    """One run: its verdict, the clock's figures for its case and its requests."""
     from unittest import mock
 
     from expkit.bench.defences import outside_clock
@@ -76,13 +73,10 @@ def one(path: Path, out: Path) -> Dict[str, Any]:
     figures: Optional[Dict[str, Any]] = None
     for per_case in (got.result.get("defences", {}) or {}).get("outside_clock", {}).values():
         figures = per_case
-    q25_ratio = None
-    if "rows" in seen:
-        with mock.patch.object(outside_clock, "_per_call_floor", _q25_floor):
-            alt = real(seen["rows"])
-        if "excess_s" in alt:
-            q25_ratio = alt["excess_s"] / alt["allowed_s"]
-    return {"verdict": got.verdict, "clock": figures or {}, "q25_ratio": q25_ratio}
+    us = 6  # seconds to the microsecond: the clock's margins are tenths of a millisecond
+    requests = [[r.side, round(r.envelope, us), round(r.timed, us), r.calls, round(r.harness, us)]
+                for r in seen.get("rows", [])]
+    return {"verdict": got.verdict, "clock": figures or {}, "requests": requests}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -90,6 +84,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("names", nargs="*")
     ap.add_argument("--busy", type=int, default=1, help="processes spinning beside the runs")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rows", type=Path, help="append each run's requests here (JSON lines)")
     args = ap.parse_args(argv)
     names = args.names or HONEST + ["1_leaky_relu_where"] + CHEATS
     scratch = Path(tempfile.mkdtemp(prefix="expkit-clock-load-"))
@@ -106,26 +101,25 @@ def main(argv: Optional[List[str]] = None) -> int:
                 if "excess_s" in c:
                     ratio = c["excess_s"] / c["allowed_s"]
                     share = c["excess_s"] / c["candidate_median_harness_s"] if c["candidate_median_harness_s"] else None
-                rows.append({"name": name, "round": r, "verdict": got["verdict"], "ratio": ratio, "share": share,
-                             "q25_ratio": got["q25_ratio"], **c})
+                if args.rows:
+                    with args.rows.open("a") as fh:
+                        fh.write(json.dumps({"name": name, "round": r, "busy": args.busy, "verdict": got["verdict"],
+                                             "requests": got["requests"]}) + "\n")
+                rows.append({"name": name, "round": r, "verdict": got["verdict"], "ratio": ratio, "share": share, **c})
                 print(f"{name:24} {r} {got['verdict']:12} "
                       + (f"excess {c['excess_s'] * 1e3:8.3f} ms  allowed {c['allowed_s'] * 1e3:7.3f} ms  "
-                         f"ratio {ratio:6.2f}  of harness {share if share is None else round(share, 2)}  "
-                         f"q25-floor ratio {got['q25_ratio'] if got['q25_ratio'] is None else round(got['q25_ratio'], 2)}"
+                         f"ratio {ratio:6.2f}  of harness {share if share is None else round(share, 2)}"
                          if ratio is not None else "(too few requests for the clock)"), flush=True)
     finally:
         for p in busy:
             p.terminate()
-    print("\nper manifest: smallest and largest excess/allowed (above 1 is invalid), largest excess/harness, "
-          "smallest and largest with the q25 floor")
+    print("\nper manifest: smallest and largest excess/allowed (above 1 is invalid), largest excess/harness")
     for name in names:
         rs = [x for x in rows if x["name"] == name and x["ratio"] is not None]
         if rs:
             shares = [x["share"] for x in rs if x["share"] is not None]
-            alts = [x["q25_ratio"] for x in rs if x["q25_ratio"] is not None]
             print(f"{name:24} {min(x['ratio'] for x in rs):6.2f} {max(x['ratio'] for x in rs):6.2f} "
-                  f"{max(shares) if shares else float('nan'):6.2f} "
-                  f"{min(alts) if alts else float('nan'):6.2f} {max(alts) if alts else float('nan'):6.2f}  verdicts "
+                  f"{max(shares) if shares else float('nan'):6.2f}  verdicts "
                   + ", ".join(sorted({x['verdict'] for x in rows if x['name'] == name})))
     return 0
 

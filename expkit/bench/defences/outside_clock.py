@@ -9,37 +9,35 @@ block request from send to reply (its *envelope*, all of the request's work insi
 
 The floor is calibrated without the candidate: the baseline's worker runs the same
 harness around calls on inputs of the same shapes (the digests too, the outputs having
-the baseline's shapes), so its own account of the harness's work per call (everything
-its calls' spans and their commitments took beyond the timed seconds) is what each
-candidate call may cost beyond its timed span. The baseline's code is the reference the
-claim is made against, not the party under test, so its worker's accounts are taken as
-they are: each baseline request's *fixed* seconds are
+the baseline's shapes), so its own account of the harness's work a call (everything its
+calls' spans and their commitments took beyond the timed seconds) is what each candidate
+call may cost beyond its timed span. The floor is that account's lower quartile over the
+baseline's requests, and both sides' requests are read through it; each request's *gap* is
 
-    envelope - reported timed - its own harness seconds,
+    envelope - reported timed - calls x the floor,
 
-the request's checks, the channel and the wake-ups. The candidate's requests are read
-with the baseline's floor instead of their own account; each candidate request's *gap* is
-
-    envelope - reported timed - calls x the baseline's harness seconds a call,
-
-and an honest candidate's gap is the same fixed part. The baseline's fixed part is its
-own figure, not one rebuilt from the floor: a baseline of hundreds of short calls a
-request made the floor's error hundreds of times over, which on a loaded 2-core host
-made an honest candidate ``invalid`` (``evidence/usability/busy-host-suite/``).
+the request's checks, the channel, the wake-ups, and whatever harness work a call took
+beyond the floor. An honest candidate's gaps are the baseline's. Both sides are read
+alike, so seconds a loaded host took from either worker inside the harness's work stay in
+that side's gaps, where the quartile leaves them out; a mean floor spread the baseline's
+over every call and took them off every candidate gap, room for time a reply no longer
+reports. The floor is read at the gaps' quantile because a baseline of hundreds of short
+calls a request multiplies the floor's distance from its own requests' harness seconds
+hundreds of times: read at the mean, that made an honest candidate ``invalid`` on a
+loaded 2-core host (``evidence/usability/busy-host-suite/``).
 
 Wake-ups come in bursts on a loaded host and only ever add time, while time a reply no
 longer reports is missing from every request, so the two sides are compared by the lower
-quartiles (``QUANTILE``) of the candidate's gaps and the baseline's fixed parts (a median
-let a third of requests with bursts decide it in seeded fakes): a candidate whose gap
-exceeds the baseline's fixed part by more than ``max(CLOCK_ABS_S, CLOCK_REL x its median
+quartiles (``QUANTILE``) of their gaps (a median let a third of requests with bursts decide
+it in seeded fakes): a candidate whose gap exceeds the baseline's by more than ``max(CLOCK_ABS_S, CLOCK_REL x its median
 timed seconds a request) + HARNESS_REL x its median calibrated harness seconds a
 request`` reported less time than the parent's clock allows, and the run is ``invalid``
 with both figures in the reason. The last term is the calibration's own error: an
 honest candidate's own garbage and its effect on the caches land in the harness's part.
-On the 2-core host, quiet and beside one busy process, the honest candidates of the
-adversarial suite and the ``1_leaky_relu_where`` test pair reached at most 0.44 of this
-margin, and the two cheats that move time out of their calls 1.95 times it or more
-(``evidence/defences/outside-clock-load/``). So the clock resolves what
+On the 2-core host, quiet, beside one or two busy processes and beside a loop of tests,
+the honest candidates of the adversarial suite and the ``1_leaky_relu_where`` test pair
+reached at most 0.78 of this margin, and the two cheats that move time out of their calls
+2.34 times it or more (``evidence/defences/outside-clock-load/floor-under-load.md``). So the clock resolves what
 was moved out of calls that dominate their requests, not out of calls no longer than the
 harness's work around them (``evidence/defences/adaptive-cheats.md``).
 
@@ -89,8 +87,9 @@ def _quantile(values: Sequence[float], q: float) -> float:
 
 
 def _per_call_floor(rows: Sequence[RequestClock]) -> float:
-    calls = sum(r.calls for r in rows)
-    return sum(r.harness for r in rows) / calls if calls else 0.0
+    """The baseline's harness seconds a call, at the gaps' quantile over its requests."""
+    per_call = [r.harness / r.calls for r in rows if r.calls > 0]
+    return _quantile(per_call, QUANTILE) if per_call else 0.0
 
 
 def clock_figures(rows: Sequence[RequestClock]) -> Dict[str, Any]:
@@ -98,8 +97,8 @@ def clock_figures(rows: Sequence[RequestClock]) -> Dict[str, Any]:
     base = [r for r in rows if r.side == "baseline"]
     cand = [r for r in rows if r.side == "candidate"]
     floor = _per_call_floor(base)
-    gaps = {"baseline": [r.envelope - r.timed - r.harness for r in base],
-            "candidate": [r.envelope - r.timed - r.calls * floor for r in cand]}
+    gaps = {side: [r.envelope - r.timed - r.calls * floor for r in rs] for side, rs in (("baseline", base),
+                                                                                       ("candidate", cand))}
     out: Dict[str, Any] = {"requests": {"baseline": len(base), "candidate": len(cand)},
                            "floor_per_call_s": floor}
     if len(base) >= MIN_REQUESTS and len(cand) >= MIN_REQUESTS:
