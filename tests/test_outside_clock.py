@@ -12,7 +12,6 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
-
 from expkit.bench.sides.case_sides import CaseSides
 from expkit.bench.defences.envelope import RecheckPolicy
 from expkit.bench.defences.outside_clock import RequestClock, clock_figures, clock_findings

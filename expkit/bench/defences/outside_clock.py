@@ -29,15 +29,16 @@ loaded 2-core host (``evidence/usability/busy-host-suite/``).
 Wake-ups come in bursts on a loaded host and only ever add time, while time a reply no
 longer reports is missing from every request, so the two sides are compared by the lower
 quartiles (``QUANTILE``) of their gaps (a median let a third of requests with bursts decide
-it in seeded fakes): a candidate whose gap exceeds the baseline's by more than ``max(CLOCK_ABS_S, CLOCK_REL x its median
-timed seconds a request) + HARNESS_REL x its median calibrated harness seconds a
-request`` reported less time than the parent's clock allows, and the run is ``invalid``
-with both figures in the reason. The last term is the calibration's own error: an
-honest candidate's own garbage and its effect on the caches land in the harness's part.
-On the 2-core host, quiet, beside one or two busy processes and beside a loop of tests,
-the honest candidates of the adversarial suite and the ``1_leaky_relu_where`` test pair
-reached at most 0.78 of this margin, and the two cheats that move time out of their calls
-2.34 times it or more (``evidence/defences/outside-clock-load/floor-under-load.md``). So the clock resolves what
+it in seeded fakes): a candidate whose gap exceeds the baseline's by more than
+``max(CLOCK_ABS_S, CLOCK_REL x its median timed seconds a request) + HARNESS_REL x its
+median calibrated harness seconds a request`` reported less time than the parent's clock
+allows, and the run is ``invalid`` with both figures in the reason. The last term is the
+calibration's own error: an honest candidate's own garbage and its effect on the caches land
+in the harness's part. On the 2-core host, quiet, beside one or two busy processes and
+beside a loop of tests, the honest candidates of the adversarial suite and the
+``1_leaky_relu_where`` test pair reached at most 0.78 of this margin, and the two cheats
+that move time out of their calls 2.31 times it or more
+(``evidence/defences/outside-clock-load/floor-under-load.md``). So the clock resolves what
 was moved out of calls that dominate their requests, not out of calls no longer than the
 harness's work around them (``evidence/defences/adaptive-cheats.md``).
 
