@@ -10,6 +10,9 @@ like the candidate's, by its calls times the floor. ``expkit/bench/defences/outs
 reads the floor at the lower quartile and both sides through it ("q25 floor, baseline by the
 floor").
 
+The quartile rules are compared on their own; the line above each table counts what main's
+whole check (the quartiles, then the medians) makes of the same runs.
+
     python benchmarks/clock_rules.py ROWS.jsonl [ROWS.jsonl ...]
 """
 
@@ -25,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from expkit.bench.defences import outside_clock as oc
 
 Row = Sequence[Any]  # side, envelope, timed, calls, harness
-CHEATS = ("adaptive_reply_forger", "adaptive_untimed_work")
+CHEATS = ("adaptive_reply_forger", "adaptive_partial_reply_forger", "adaptive_untimed_work")
 
 
 def _mean(base: List[Row]) -> float:
@@ -66,7 +69,7 @@ def summary(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         for run in runs:
             x = ratio(run["requests"], floor, own)
             if x is not None:
-                (cheats if run["name"] in CHEATS else honest).append((x, run["name"]))
+                (cheats if _name(run) in CHEATS else honest).append((x, _name(run)))
         out.append({"rule": f"{floor} floor, baseline by {'its own account' if own else 'the floor'}",
                     "honest_runs": len(honest), "honest_max": max(honest, default=None),
                     "honest_alarms": sum(1 for x, _ in honest if x > 1),
@@ -87,8 +90,25 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 0
 
 
+def main_findings(runs: List[Dict[str, Any]]) -> Dict[str, Dict[str, int]]:
+    """What main's whole check (``outside_clock.clock_findings``: the quartiles, then the
+    medians) makes of each run, counted by honest and cheat: no finding, a warning, invalid."""
+    out: Dict[str, Dict[str, int]] = {"honest": {}, "cheat": {}}
+    for run in runs:
+        found = oc.clock_findings("c", [oc.RequestClock(*r) for r in run["requests"]])
+        kind = "none" if not found else found[0].severity
+        group = out["cheat" if _name(run) in CHEATS else "honest"]
+        group[kind] = group.get(kind, 0) + 1
+    return out
+
+
+def _name(run: Dict[str, Any]) -> str:
+    return Path(run["name"]).stem if run["name"].endswith(".yaml") else run["name"]
+
+
 def _table(title: str, runs: List[Dict[str, Any]]) -> None:
     print(f"\n{title}")
+    print("main's check, runs by outcome:", main_findings(runs))
     print("| rule | honest runs | largest honest ratio | honest alarms | cheat runs | smallest cheat ratio | cheats missed |")
     print("|---|---:|---|---:|---:|---|---:|")
     for s in summary(runs):

@@ -167,12 +167,14 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
     clock_logs: Dict[str, Any] = {}
     keeps: Dict[str, List[bool]] = {}
     unmeasured: Dict[str, str] = {}  # case -> why it has no estimate
+    clocked: List[Finding] = []  # the parent's clock against the candidate's figures
     if not any(f.invalidates for f in findings):
         replicates = Replicates(lm, settings, device, pair, run_seed, memory, out_dir)
         got = measure.measure_replicated([c.name for c in m.cases], replicates.open, settings.measure,
                                          rng=random.Random(run_seed), progress=progress)
         replicates.drop_spare()
-        findings += replicates.findings + replicates.clock_findings()
+        clocked = replicates.clock_findings()
+        findings += replicates.findings + clocked
         for name, e in got.errors.items():
             if isinstance(e, OutOfMemory):
                 findings.append(Finding("memory", False, f"ran out of memory while being timed ({e}); the memory "
@@ -209,12 +211,13 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
     findings += waited
     shared = share_findings(pair.evidence.get("resources", {}), settings.measure.cpu_threads)  # more threads, busy host
     findings += shared
+    unconfirmed = [f for f in clocked if not f.ok and f.severity == WARNING]  # most requests unconfirmed, loaded host
     claims = {c.name: m.claimed(c) for c in m.cases}
     v, added = pipeline.judge(pipeline.Evidence(
         findings=tuple(findings), estimates=estimates, claims=claims, tolerance=m.claim.tolerance,
         aggregate=m.aggregate, budget={name: cs.budget_spent for name, cs in measured.items()},
         unmeasured=dict(unmeasured), resources=pair.evidence.get("resources", {}),
-        busy=frozenset(f.case for f in waited if f.case), shared=tuple(shared), manifest=m,
+        busy=frozenset(f.case for f in waited if f.case), shared=tuple(shared) + tuple(unconfirmed), manifest=m,
         gpu_name=(env.get("gpu") or {}).get("name"), defences=settings.defences if settings.defences.enabled else None,
         end_to_end=e2e, unidentified=unidentified(m.expect, device == "cuda")))
     findings += added  # the host-load and plausibility warnings, the identity note (verdict/pipeline.py)

@@ -172,8 +172,62 @@ def test_time_the_baseline_lost_inside_its_harness_work_does_not_hide_moved_time
         assert clock_findings("c", rows), (seed, clock_figures(rows))
 
 
+def _majority_forged(side: str, n: int, rng: random.Random, *, timed: float = 0.004, calls: int = 16,
+                     share: float = 0.0, burst: float = 0.0) -> list:
+    """Requests of which ``share`` (spread evenly) report half their timed seconds; ``burst``:
+    the largest wake-up burst, in a third of the requests."""
+    out = []
+    for i in range(1, n + 1):
+        forged = int(i * share) > int((i - 1) * share)
+        lag = 0.0008 + 0.0002 * rng.random() + (burst * rng.random() if rng.random() < 0.33 else 0.0)
+        out.append(RequestClock(side, timed + calls * 2e-6 + lag, timed / 2 if forged else timed, calls, calls * 2e-6))
+    return out
+
+
+def test_time_hidden_in_most_requests_but_not_all_is_invalid_on_a_steady_host():
+    """Seven requests in ten forged: the lower quartile of the gaps is the honest three's,
+    the median is not."""
+    for seed in range(20):
+        rng = random.Random(seed)
+        rows = _majority_forged("baseline", 30, rng) + _majority_forged("candidate", 30, rng, share=0.7)
+        figs = clock_figures(rows)
+        (f,) = clock_findings("c", rows)
+        assert figs["excess_s"] <= figs["allowed_s"], figs  # the quartile alone would pass it
+        assert f.invalidates and "in most of the candidate's requests" in f.message, (seed, figs)
+
+
+def test_most_requests_unconfirmed_on_a_loaded_host_is_a_warning_not_an_alarm():
+    """Where the baseline's own gaps spread wider than the margin, a median shift beyond that
+    spread is a warning (``supported`` becomes ``inconclusive``), never ``invalid``."""
+    rng = random.Random(4)
+    base = [RequestClock("baseline", 0.004 + 0.0008 + (0.003 if i % 2 else 0.0), 0.004, 16, 16 * 2e-6)
+            for i in range(30)]
+    cand = _majority_forged("candidate", 30, rng, timed=0.02, share=0.7)
+    (f,) = clock_findings("c", base + cand)
+    assert f.severity == "warning" and not f.ok and not f.invalidates
+    assert "could not be confirmed" in f.message
+
+
 def test_honest_sides_preempted_inside_their_harness_work_raise_nothing():
     for seed in range(20):
         rng = random.Random(seed)
         rows = _harness_bursts("baseline", 30, rng) + _harness_bursts("candidate", 30, rng, timed=0.002, calls=32)
         assert clock_findings("c", rows) == [], (seed, clock_figures(rows))
+
+
+def test_the_clocks_warning_makes_a_supported_run_inconclusive(tmp_path, monkeypatch):
+    """The runner hands the clock's warning to the verdict's rules with the ``share`` warnings:
+    a ``supported`` run becomes ``inconclusive``, the clock's reason first."""
+    from pathlib import Path
+
+    from expkit import runner
+    from expkit.bench.sides.replicates import Replicates
+    from expkit.core.findings import Finding
+
+    warned = Finding("timer", False, "the reported times of most requests could not be confirmed", "n256-p64",
+                     severity="warning")
+    monkeypatch.setattr(Replicates, "clock_findings", lambda self: [warned])
+    example = Path(__file__).resolve().parent.parent / "manifests" / "examples" / "cpu" / "honest-win.yaml"
+    out = runner.run_manifest(example, ["measure=quick"], tmp_path / "run")
+    assert out.verdict == "inconclusive", out.result["reasons"]
+    assert out.result["reasons"][0].startswith("timer [case n256-p64]: the reported times"), out.result["reasons"]

@@ -43,7 +43,9 @@ class Evidence:
     ``budget``: each case's whether its time budget ran out; ``unmeasured``: each
     declared case no estimate could be made for, with why; ``resources``: each case's
     per-side account of CPU waits (``checks.contention``); ``busy``: the cases timed
-    while other work held the cores; ``shared``: the ``share`` warnings; ``manifest``,
+    while other work held the cores; ``shared``: the warnings that leave the times standing
+    but make ``supported`` ``inconclusive`` (the ``share`` rule's, and the parent's clock's
+    where it could not confirm most of a candidate's requests on a loaded host); ``manifest``,
     ``gpu_name`` and ``defences`` feed the plausibility rule (``defences`` None: the
     defences are off and it is skipped); ``end_to_end``: the workload's result, with
     ``judged`` (a case verdict) where the claim names it; ``unidentified``: the identity

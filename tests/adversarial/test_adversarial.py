@@ -90,6 +90,7 @@ BAD: Dict[str, Tuple[str, FrozenSet[str], str]] = {
     "adaptive_fewer_calls": ("invalid", frozenset({"recheck"}), "c"),
     "adaptive_untimed_work": ("invalid", frozenset({"timer"}), "c"),
     "adaptive_reply_forger": ("invalid", frozenset({"timer"}), "c"),
+    "adaptive_partial_reply_forger": ("invalid", frozenset({"timer"}), "c"),
 }
 
 #: Cheats that use more cores than measure.cpu_threads allows (checks/activity.py's

@@ -208,11 +208,27 @@ def reply_forger(a: Tensor, b: Tensor) -> Tensor:
     return _whole(a, b)
 
 
-def _forge(bench: Any) -> None:
+def partial_reply_forger(a: Tensor, b: Tensor) -> Tensor:
+    cs = _state_on_stack()
+    if cs is not None and not getattr(cs.bench, "_forged", False):
+        _forge(cs.bench, share=0.7)
+    return _whole(a, b)
+
+
+def _forge(bench: Any, share: float = 1.0) -> None:
+    """Every block of a request forged, in ``share`` of the requests, spread evenly (decided as
+    each request starts: after a block its server called ``last``, or a lone block)."""
     real = bench.block
+    state = {"forge": True, "new": True, "requests": 0}
 
     def block(*args: Any, **kw: Any) -> Any:
+        if state["new"]:
+            state["requests"] += 1
+            state["forge"] = int(state["requests"] * share) > int((state["requests"] - 1) * share)
+        state["new"] = kw.get("last", True)
         rep = real(*args, **kw)
+        if not state["forge"]:  # a whole request told the truth: the parent's lower quartile sees these
+            return rep
         cut = rep["timed"] / 2
         rep["timed"] -= cut
         rep["seconds"] /= 2
