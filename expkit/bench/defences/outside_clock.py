@@ -26,9 +26,9 @@ calls a request multiplies the floor's distance from its own requests' harness s
 hundreds of times: read at the mean, that made an honest candidate ``invalid`` on a
 loaded 2-core host (``evidence/usability/busy-host-suite/``).
 
-Wake-ups come in bursts on a loaded host and only ever add time, while time a reply no
-longer reports is missing from every request, so the two sides are compared by the lower
-quartiles (``QUANTILE``) of their gaps (a median let a third of requests with bursts decide
+Wake-ups come in bursts on a loaded host and only ever add time, while time a reply hides
+in every request is missing from its least delayed ones too, so the two sides are compared
+by the lower quartiles (``QUANTILE``) of their gaps (a median let a third of requests with bursts decide
 it in seeded fakes): a candidate whose gap exceeds the baseline's by more than
 ``max(CLOCK_ABS_S, CLOCK_REL x its median timed seconds a request) + HARNESS_REL x its
 median calibrated harness seconds a request`` reported less time than the parent's clock
@@ -37,7 +37,7 @@ calibration's own error: an honest candidate's own garbage and its effect on the
 in the harness's part. On the 2-core host, quiet, beside one or two busy processes and
 beside a loop of tests, the honest candidates of the adversarial suite and the
 ``1_leaky_relu_where`` test pair reached at most 0.78 of this margin, and the two cheats
-that move time out of their calls 2.31 times it or more
+that move time out of every request's calls 2.31 times it or more
 (``evidence/defences/outside-clock-load/floor-under-load.md``). So the clock resolves what
 was moved out of calls that dominate their requests, not out of calls no longer than the
 harness's work around them (``evidence/defences/adaptive-cheats.md``).
@@ -71,7 +71,7 @@ TIMER = "timer"
 MIN_REQUESTS = 6
 #: The quantile of each side's gaps that is compared.
 QUANTILE = 0.25
-#: How far the candidate's median gap may exceed the baseline's: at least this many
+#: How far the candidate's gaps (lower quartile, median) may exceed the baseline's: at least this many
 #: seconds, and this fraction of its median timed seconds a request.
 CLOCK_ABS_S = 0.0005
 CLOCK_REL = 0.2
