@@ -176,6 +176,7 @@ def test_the_two_sides_are_profiled_one_after_the_other():
     add up (KernelBench's HuberLoss, 8 GiB of inputs, ran out of memory on an H100). The
     candidate's reply comes back before the baseline is asked."""
     from expkit.bench.sides.pair import Pair
+    from expkit.bench.sides.preflight_run import profiled_identity
     from expkit.bench.processes.traces import trace_to_dict
     from expkit.checks.preflight import CaseRun
     from expkit.checks.trace import Trace
@@ -205,7 +206,7 @@ def test_the_two_sides_are_profiled_one_after_the_other():
     pair = Pair.__new__(Pair)
     pair.lm = load(Path(__file__).parents[1] / "manifests" / "examples" / "cpu" / "honest-win.yaml")
     pair.isolated, pair.c, pair.b, pair.gpu = True, Side("candidate"), Side("baseline"), None
-    pair._identity(CaseRun("c", {}, True), 1)
+    profiled_identity(pair, CaseRun("c", {}, True), 1)
     profiles = [e for e in log if e[2] == "profile"]
     assert profiles == [("ask", "candidate", "profile"), ("got", "candidate", "profile"),
                         ("ask", "baseline", "profile"), ("got", "baseline", "profile")]

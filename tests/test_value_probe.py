@@ -123,7 +123,7 @@ def test_what_the_probe_shifted_is_the_baselines_word_not_the_candidates():
     trial: the parent takes the list from the baseline's worker, which builds the same inputs."""
     from types import SimpleNamespace
 
-    from expkit.bench.sides.trial import correctness_trial
+    from expkit.bench.sides.preflight_run import correctness_trial
     from expkit.checks.preflight import CaseRun
 
     c = _Worker(trial_inputs={"inputs": [], "positions": [0], "probed": []},

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, List, Mapping, Optional
 
 INVALID = "invalid"
 WARNING = "warning"
@@ -44,3 +44,8 @@ def finding_from(d: Mapping[str, Any]) -> Finding:
     """A :class:`Finding` back from its ``asdict`` form (as it crosses the worker's channel)."""
     keys = ("check", "ok", "message", "case", "severity", "figure", "threshold")
     return Finding(**{k: d[k] for k in keys if k in d})
+
+
+def findings_in(reply: Mapping[str, Any]) -> List[Finding]:
+    """The findings a worker's reply carries (its ``findings``, each as :func:`finding_from` reads it)."""
+    return [finding_from(d) for d in reply.get("findings", ())]

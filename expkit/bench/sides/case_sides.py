@@ -12,11 +12,12 @@ against the candidate's own figures among it (:mod:`..defences.outside_clock`).
 from __future__ import annotations
 
 import secrets
+from dataclasses import asdict
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ...checks.activity import busiest
 from ...checks.interference import WorkerWatch, pool_cores
-from ...core.findings import Finding
+from ...core.findings import Finding, findings_in as _findings
 from ..processes import cores
 from ..defences.clock import CLOCK
 from ..defences.commit import committed_calls
@@ -25,7 +26,6 @@ from ..defences.freeze import Freeze
 from .launches import LaunchCheck, launch_findings, launches_at_end
 from ..defences.outside_clock import RequestClock
 from .side import BASELINE, CANDIDATE
-from .trial import findings_of as _findings
 
 
 def _harness(rep: Dict[str, Any]) -> float:
@@ -247,8 +247,6 @@ def runs_by_side(requests: Sequence[Tuple[str, int, bool]],
 
 
 def _recheck_finding(case: str, message: str) -> Dict[str, Any]:
-    from dataclasses import asdict
-
     return asdict(Finding("recheck", False, message, case))
 
 

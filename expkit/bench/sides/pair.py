@@ -9,7 +9,7 @@ baseline's process, which judges: :mod:`.judge`). The phases:
 2. **memory plan**: the baseline's worker makes one plain call; :func:`.memory_plan.plan`
    decides what the harness may hold (:meth:`Pair.plan_memory`).
 3. **preflight** (:meth:`Pair.preflight`): for every case and every added awkward
-   size, correctness trials (:mod:`.trial`) on fresh inputs from the run's secret seed -- the
+   size, correctness trials (:mod:`.preflight_run`) on fresh inputs from the run's secret seed -- the
    candidate builds its inputs and exports them, the baseline builds the same ones and
    its expected output, the candidate runs once under poisoned allocations (odd trials
    before the baseline does), and the baseline's worker judges: input digests (the
@@ -28,29 +28,31 @@ raises :class:`~expkit.core.errors.OutOfMemoryPlan` (exit 5).
 
 from __future__ import annotations
 
+import os
 import secrets
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from ...checks import expectations, preflight
-from ...checks.identity import kernel_row, target_findings
-from ...checks.preflight import CaseRun, IdentitySummary, PreflightResult
-from ...core.errors import ExpkitError
-from ...core.findings import Finding, finding_from
+from ...checks import gpu_processes, preflight
+from ...checks.model_oracles import specs
+from ...checks.preflight import CaseRun, PreflightResult
+from ...core.errors import ConfigError, ExpkitError, OutOfMemoryPlan
+from ...core.findings import Finding, finding_from, findings_in as _findings
 from ...manifest.settings import Settings
+from ...timing.timer import TimerInfo
+from ..defences.fresh import FRESH_MODES
 from ..processes import cores
 from .case_sides import CaseSides
 from ..processes.channel import ChannelError
 from .endpoint import LocalEndpoint, WorkerEndpoint, start_context
-from ..defences.fallback import FALLBACK
 from ..processes.fork_safety import threads_the_child_never_needs
-from .launches import as_launches
 from .ledger import merge as merge_ledgers
 from .memory_plan import GiB, MemoryPlan, plan
+from .model_side import locate
 from .side import BASELINE, CANDIDATE
-from ..processes.traces import trace_from_dict
-from .trial import correctness_trial, findings_of as _findings
+from .preflight_run import run_preflight
+from .workload_pair import collect_pair
 
 MEMORY = "memory"
 
@@ -186,8 +188,6 @@ class Pair:
                                                                                             "probe"))
         self.evidence["probe"] = {k: v for k, v in probe.items() if k != "raised"}
         if probe.get("oom"):
-            from ...core.errors import OutOfMemoryPlan
-
             raise OutOfMemoryPlan(f"{self.lm.path} [case {case.name}]", self.device,
                                   int(probe.get("needed_bytes") or 0), int(probe.get("free") or 0),
                                   f"the baseline's own call raised {probe.get('raised', 'out of memory')}: run it on "
@@ -203,9 +203,6 @@ class Pair:
     def neighbours(self, case: Optional[str]) -> List[Finding]:
         """Other processes on the run's GPU (checks.gpu_processes.gpu_neighbours): one the run
         started (the candidate's daemon) is invalid; another job a warning."""
-        import os
-        from ...checks.gpu_processes import gpu_neighbours
-
         pids = [p for p in (self.b.pid(), self.c.pid()) if p]
         if not pids:
             return []
@@ -214,7 +211,7 @@ class Pair:
         if visible and index < len(visible) and visible[index].strip().isdigit():
             index = int(visible[index])
         with threads_the_child_never_needs("NVML"):
-            return list(gpu_neighbours(index, [os.getpid(), *pids, *self.siblings], min(pids), case=case))
+            return list(gpu_processes.gpu_neighbours(index, [os.getpid(), *pids, *self.siblings], min(pids), case=case))
 
     def adopt_memory(self, memory: Optional[MemoryPlan]) -> None:
         """This pair's workers take a memory plan: the first pair's own, or, in a later
@@ -227,47 +224,12 @@ class Pair:
 
     # -- the preflight ----------------------------------------------------------------------------
     def preflight(self, run_seed: int, *, identity: bool = True) -> PreflightResult:
+        """The preflight between the two workers (:func:`.preflight_run.run_preflight`); a broken
+        channel ends it with that finding."""
         try:
-            return self._preflight(run_seed, identity)
+            return run_preflight(self, run_seed, identity)
         except ChannelError as e:
             return PreflightResult(tuple(self.tell(e, "during the preflight")), ())
-
-    def _preflight(self, run_seed: int, identity: bool) -> PreflightResult:
-        m, s = self.lm.manifest, self.settings.oracle
-        defended = self.settings.defences.enabled
-        findings: List[Finding] = []
-        identities: List[IdentitySummary] = []
-        runs = preflight.expand_cases(m.cases, m.inputs.free, s.edge_cases)
-        checked: List[str] = []
-        # The value probe (preflight.signed_probe) is the first case's last trial, or a trial
-        # of its own when there is only one: it costs no extra call where trials >= 2.
-        probe_trial = (max(s.trials, 2) - 1) if m.expect.value_probe else -1
-        for run in runs:
-            trials = s.trials if run.declared else 1
-            if run is runs[0] and probe_trial >= trials:
-                trials = probe_trial + 1
-            failed = False
-            skipped = False
-            for trial in range(trials):
-                probe = run is runs[0] and trial == probe_trial
-                verdict = correctness_trial(self, run, trial, run_seed, defended, probe)
-                findings += verdict.findings
-                if verdict.skip:
-                    skipped = True
-                    break
-                if verdict.failed:
-                    failed = True
-                    break
-            if not skipped:
-                checked.append(run.name)
-            if identity and not failed and not skipped:
-                got, summary = self._identity(run, run_seed)
-                findings += got
-                if summary is not None:
-                    identities.append(summary)
-        for ep in (self.b, self.c):
-            findings += _findings(ep.request("finish_preflight"))
-        return PreflightResult(tuple(findings), tuple(checked), tuple(identities))
 
     def oom_finding(self, run: CaseRun, error: str) -> Finding:
         """The candidate's out-of-memory, with the baseline's plain call's figures beside it."""
@@ -277,49 +239,10 @@ class Pair:
                        f"{_gib(probe.get('free'))} free", run.name, figure=probe.get("peak_bytes"),
                        threshold=probe.get("free"))
 
-    def _identity(self, run: CaseRun, run_seed: int) -> Tuple[List[Finding], Optional[IdentitySummary]]:
-        seed = preflight.derive_seed(run_seed, run.name, "identity")
-        params = dict(run.params)
-        # Both sides first drop their trials' tensors, then profile one at a time, each giving
-        # its device cache back after (two at once ran KernelBench's HuberLoss, 8 GiB of
-        # inputs, out of memory on an H100; the trials' tensors kept alive, its L1Norm).
-        for ep in (self.c, self.b):
-            ep.request("end_trials")
-        cp = self.c.request("profile", case=run.name, params=params, seed=seed)
-        bp = self.b.request("profile", case=run.name, params=params, seed=seed)
-        if "raised" in cp:
-            if cp.get("oom"):
-                return [self.oom_finding(run, f"{cp['raised']}, while profiled")], None
-            return [Finding("crash", False, f"candidate raised {cp['raised']} while profiled", run.name)], None
-        if "raised" in bp:
-            return [Finding("baseline", False, f"baseline raised {bp['raised']} while profiled", run.name)], None
-        ct, bt = trace_from_dict(cp["trace"]), trace_from_dict(bp["trace"])
-        if ct.on_gpu:
-            self.launches[run.name] = as_launches([kernel_row(k) for k in ct.kernels])
-        watched: List[Finding] = []
-        if not self.isolated:  # one process: the candidate's side watches what the baseline calls
-            watched = _findings(self.c.request("watch", names=sorted({o.name for o in bt.ops})))
-        found = expectations.check_expectations(self.lm.manifest.expect, ct, bt, harness_stream=ct.harness_stream)
-        out = [Finding(f.check, f.ok, f.message, run.name, severity=getattr(f, "severity", "invalid"))
-               for f in found if not f.ok or run.declared]
-        out += list(target_findings(self.lm, ct, run.name, (self.gpu or {}).get("name"))) + watched
-        swallowed = cp.get("swallowed") or []
-        if swallowed and any(not f.ok and f.check in ("identity", "forbidden") for f in out):
-            name, msg, fname, line = swallowed[0]
-            out.append(Finding(FALLBACK, False, f"the candidate caught {name}({msg!r}) raised at {fname}:{line} and "
-                               "went on without the intended kernel: a silent fallback", run.name))
-        summary = IdentitySummary(run.name, tuple(o.name for o in ct.top_level_ops()),
-                                  tuple(o.name for o in bt.top_level_ops()),
-                                  tuple(kernel_row(k) for k in ct.kernels), tuple(kernel_row(k) for k in bt.kernels))
-        return out, summary
-
     # -- model-level oracles ---------------------------------------------------------------------
     def model_oracles(self) -> List[Finding]:
         """Each side's model logits in its own process, judged in the baseline's; a failure's
         location found by the candidate's process replaying the baseline's record."""
-        from ...checks.model_oracles import specs
-        from .model_side import locate
-
         if not specs(self.lm):
             return []
         try:
@@ -345,8 +268,6 @@ class Pair:
     # -- the workload ---------------------------------------------------------------------------
     def end_to_end(self, run_seed: int) -> Dict[str, Any]:
         """The workload's raw data from both sides (:func:`.workload_pair.collect_pair`)."""
-        from .workload_pair import collect_pair
-
         try:
             return collect_pair(self, run_seed)
         except ChannelError as e:
@@ -402,8 +323,6 @@ class Pair:
 def _timer_info(d: Optional[Mapping[str, Any]]) -> Any:
     if not d:
         return None
-    from ...timing.timer import TimerInfo
-
     return TimerInfo.coerce(d)
 
 
@@ -411,11 +330,7 @@ def open_pair(lm: Any, settings: Settings, device: str, *, greet: bool = True, b
     """The two sides of this run: worker processes when the defences isolate, else in-process;
     ``greet=False``: started, their hello not yet read (:meth:`Pair.greet`); ``baseline_first``:
     the candidate's worker starts once the baseline's has imported its code (the first pair)."""
-    from ..defences.fresh import FRESH_MODES
-
     d = settings.defences
     if d.fresh not in FRESH_MODES:
-        from ...core.errors import ConfigError
-
         raise ConfigError(f"defences.fresh: expected one of {', '.join(FRESH_MODES)}, got {d.fresh!r}")
     return Pair(lm, settings, device, greet=greet, baseline_first=baseline_first)

@@ -9,18 +9,27 @@ data comes back, so the parent cannot tell the two apart.
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import asdict
 from typing import Any, Callable, Dict, Mapping, Optional
 
+import torch
+
 from ..processes import allocator
 from ...checks.interference import INTERFERENCE, continues_taken
+from ...checks.target import catalog_mismatches
 from ...core.findings import Finding
 from ..defences.block_checks import opening
 from ..processes.cores import Relay
+from ..processes.environment import gpu_info, source_hashes
+from ..processes.transport import collect_sent
 from .judge import Judge
 from .ledger import Ledger
+from .memory_plan import host_last_level_cache
+from .model_side import model_request
 from .side import BASELINE, SideBench
+from .workload_side import workload_request
 
 
 class UnknownRequest(Exception):
@@ -129,8 +138,6 @@ class Server:
         return block
 
     def _hello(self, m: Mapping[str, Any]) -> Dict[str, Any]:
-        from ..processes.environment import gpu_info, source_hashes
-
         reply = {"findings": [asdict(f) for f in self.side.session_findings],
                  "sources": source_hashes([self.side.fn, self.side.factory]), "code": self.side.code,
                  "pid": os.getpid(), "gpu": None, "catalog": [], "allocator": allocator.STATE,
@@ -138,20 +145,14 @@ class Server:
         if m.get("environment"):
             reply["gpu"] = gpu_info(self.side.device)
             if self.side.device == "cuda" and reply["gpu"].get("name"):
-                from ...checks.target import catalog_mismatches
-
                 reply["catalog"] = [asdict(f) for f in catalog_mismatches()]
         return reply
 
     def _probe(self, m: Mapping[str, Any]) -> Dict[str, Any]:
         got = self.side.probe(m["params"], int(m["seed"]))
         if self.side.device == "cuda":
-            import torch
-
             got["l2_bytes"] = int(torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size)
         else:
-            from .memory_plan import host_last_level_cache
-
             got["l2_bytes"] = host_last_level_cache()
         return got
 
@@ -206,15 +207,9 @@ class Server:
         starts a pair beside it: what the preflight's trials and float64 references left
         in the first pair's cache (37 GiB a worker on KernelBench's 6 GiB softmax) made
         the next pair's inputs run out of memory on an 80 GB H100. After each side's
-        profile too: the other side's profile comes next (:meth:`.pair.Pair._identity`)."""
+        profile too: the other side's profile comes next (:func:`.preflight_run.profiled_identity`)."""
         if self.side.device != "cuda":
             return
-        import gc
-
-        import torch
-
-        from ..processes.transport import collect_sent
-
         gc.collect()
         collect_sent()  # a sent tensor whose consumer closed after this side dropped it (see collect_sent)
         torch.cuda.empty_cache()
@@ -230,11 +225,7 @@ class Server:
         return {"findings": [asdict(f) for f in found]}
 
     def _model_oracles(self, m: Mapping[str, Any]) -> Dict[str, Any]:
-        from .model_side import model_request
-
         return model_request(self.side, self.judge, m)
 
     def _end_to_end(self, m: Mapping[str, Any]) -> Dict[str, Any]:
-        from .workload_side import workload_request
-
         return workload_request(self.side, self.judge, m)
