@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CLEAN = ["core", "verdict", "report", "manifest", "checks", "timing", "workload", "api", "suites", "cli", "runner.py",
-         "pytest_plugin.py", "__init__.py"]
+CLEAN = ["core", "zoo", "verdict", "report", "manifest", "checks", "timing", "workload", "bench", "api", "suites", "cli",
+         "runner.py", "pytest_plugin.py", "__init__.py"]
 
 
 def _unexplained(path: Path) -> list:

@@ -41,6 +41,11 @@ import hashlib
 import secrets
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+import torch
+
+from ...checks.oracles import flatten
+
 #: Bytes of outputs a side keeps for its commitments (its last block request's).
 COMMIT_BYTES = 1 << 29
 #: Outputs up to this size are copied when their call returns, larger ones held: a copy is a
@@ -61,8 +66,6 @@ _NP_WORDS = {"uint8": "u1", "int16": "i2", "int32": "i4", "int64": "i8"}
 def _positions(n: int, seed: int, drawn: Dict[int, Any]) -> Any:
     """``SAMPLE`` sorted positions below ``n`` from ``seed`` (None: read all ``n``), one
     draw per size in ``drawn``."""
-    import numpy as np
-
     if n <= SAMPLE:
         return None
     if n not in drawn:  # SHAKE-128 of (seed, n): a NumPy generator's seeding took 100-200 us a draw
@@ -76,8 +79,6 @@ def _sample(t: Any, seed: int, drawn: Dict[int, Any], devices: Dict[Any, Any]) -
     """(shape and dtype, the sampled elements' bytes) of one tensor: on the host through a
     NumPy view of its bytes (torch's own indexing of 4096 elements took 7 ms on the
     2-core machine, its thread pool contending), on a device gathered there."""
-    import torch
-
     t = t.detach()
     if t.is_conj():
         t = t.resolve_conj()
@@ -111,8 +112,6 @@ def _host_fast(t: Any, seed: int, drawn: Dict[int, Any], heads: Dict[Any, bytes]
     word = _WORDS.get(t.element_size())
     if word is None:
         return None
-    import torch
-
     key = (tuple(t.shape), t.dtype)
     head = heads.get(key)
     if head is None:
@@ -135,8 +134,6 @@ def sampled_digests(outputs: Sequence[Sequence[Any]], seed: int) -> List[str]:
     """One hex digest per output (a sequence of tensors): SHA-256 over each tensor's shape,
     dtype and elements at positions drawn from ``seed`` (see the module). A device's
     gathered elements reach the host in one copy."""
-    import torch
-
     drawn: Dict[int, Any] = {}
     heads: Dict[Any, bytes] = {}
     if all(len(o) == 1 for o in outputs):
@@ -234,8 +231,6 @@ class Commitments:
         """The block's commitment: every held call's digest, under positions drawn from the
         operating system's randomness now that every call has returned; and how many calls
         ran and how many outputs were held (fewer where the capacity made a reservoir)."""
-        from ...checks.oracles import flatten
-
         block = self.blocks[-1]
         calls = sorted(block)
         seed = _SYSTEM_RANDOM.getrandbits(63)

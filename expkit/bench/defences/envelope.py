@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ...core.findings import Finding, finding_from
 from ...manifest.settings import DefenceSettings
+from ...timing.timer import BlockTiming
 from .clock import CLOCK
 
 TIMER = "timer"
@@ -153,8 +154,6 @@ class SessionTimer:
         self.info: Any = None  # the workers' timers' TimerInfo (set by the pair)
 
     def sample(self, fn: Any, number: int) -> float:
-        from ...timing.timer import BlockTiming
-
         return BlockTiming.coerce(self.sample_batch([(fn, number)], judged=False)[0]).seconds
 
     def sample_batch(self, plan: Sequence[Tuple[Any, int]], judged: bool = True) -> List[Any]:

@@ -15,6 +15,10 @@ from __future__ import annotations
 import random
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
+import numpy as np
+import torch
+from torch.autograd import graph as autograd_graph
+
 from ...checks.preflight import clone_inputs
 
 FRESH_MODES = ("salt", "regenerate", "off")
@@ -28,8 +32,6 @@ def _writable_elements(t: Any) -> Optional[memoryview]:
     """A one-dimensional memoryview of a contiguous CPU tensor's elements, each read as an
     integer of its width (an element copied through it is copied bit for bit), or None where
     there is none (another device, a strided tensor, an element wider than 8 bytes)."""
-    import torch
-
     width = t.element_size()
     name = _INT_OF_WIDTH.get(width)
     if t.device.type != "cpu" or not t.is_contiguous() or name is None:
@@ -52,9 +54,7 @@ def _version_bump() -> Callable[[Tuple[Any, ...]], None]:
     evidence/README.md). A private call's signature
     is torch's to change, so it is tried once on a scratch tensor and used only where it
     bumps by exactly one; otherwise the public call, given the tensor."""
-    import torch
-    from torch.autograd.graph import increment_version
-
+    increment_version = autograd_graph.increment_version
     private = getattr(torch._C, "_increment_version", None)
     probe = torch.zeros(2)
     try:
@@ -107,8 +107,6 @@ class FreshInputs:
             raise ValueError(f"fresh must be one of {FRESH_MODES}, got {mode!r}")
         if not sets:
             raise ValueError("at least one input set is needed")
-        import numpy as np
-
         self._clone = clone_inputs
         self._bump = _version_bump()
         self.sets = list(sets)
@@ -130,16 +128,12 @@ class FreshInputs:
 
     def begin_block(self, seed: int) -> None:
         """Back to the factory's sets, then this block's salts from ``seed`` (see the class)."""
-        import numpy as np
-
         for j, which, p, old in reversed(self._log):
             t, flat, one, _ = self._targets[j][which]
             if flat is not None:
                 flat[p] = old
                 self._bump(one)
             else:
-                import torch
-
                 with torch.no_grad():
                     t[_unravel(p, t.shape)] = old
         self._log.clear()
@@ -180,8 +174,6 @@ class FreshInputs:
         8.44-8.55 us for bfloat16, which took torch's own indexing (the 2-core machine,
         evidence/README.md). That
         matters for ops of a few microseconds. The bump: :func:`_version_bump`."""
-        import torch
-
         out = []
         for t in args:
             if not (isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and t.numel() >= 2):
@@ -193,8 +185,6 @@ class FreshInputs:
         """The next batch of (target, position, source) draws for set ``j``: the source is
         any position but the target's (a float product can round up to its bound: kept
         below it)."""
-        import numpy as np
-
         targets = self._targets[j]
         u = self._gen.random((SALT_BATCH, 3))
         which = np.minimum((u[:, 0] * len(targets)).astype("int64"), len(targets) - 1)
@@ -221,8 +211,6 @@ class FreshInputs:
                 flat[p] = flat[q]
                 self._bump(one)
             else:
-                import torch
-
                 with torch.no_grad():
                     at = _unravel(p, t.shape)
                     self._log.append((j, which, p, t[at].clone()))

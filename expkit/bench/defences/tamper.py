@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, Dict, Iterable, List, Tuple
 
+import torch
+
 TAMPER = "tamper"
 #: Functions outside expkit that the harness's timing and checking rely on, and where expkit binds
 #: one of them to a name of its own (``thread_count``: a builtin, which the sweep of expkit's
@@ -282,8 +284,6 @@ def torch_callables_for(op_names: Iterable[str]) -> Tuple[str, ...]:
     name is a guess from the op's name, so a public function that reaches an op under
     another name (``torch.nn.functional.linear`` reaches ``aten::addmm``) is found only
     where the trace also has the outer op (``aten::linear``), as it usually does."""
-    import torch  # noqa: F401 -- the names resolve against it
-
     out: Dict[str, None] = {}
     for op in op_names:
         if not op.startswith("aten::"):
@@ -302,8 +302,6 @@ def torch_callables_for(op_names: Iterable[str]) -> Tuple[str, ...]:
 
 
 def _torch_dir() -> str:
-    import torch
-
     return os.path.dirname(os.path.realpath(torch.__file__))
 
 

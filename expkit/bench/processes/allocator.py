@@ -21,6 +21,7 @@ the C library is not glibc, nothing is changed and the result says so.
 
 from __future__ import annotations
 
+import ctypes
 from typing import Optional
 
 MMAP_THRESHOLD = 32 << 20
@@ -34,8 +35,6 @@ STATE: Optional[str] = None
 def steady() -> str:
     global STATE
     try:
-        import ctypes
-
         libc = ctypes.CDLL(None)
         ok = libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and libc.mallopt(_M_TRIM_THRESHOLD,
                                                                                   TRIM_THRESHOLD) == 1

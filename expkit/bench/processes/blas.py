@@ -44,6 +44,7 @@ def load_scipy_single_threaded() -> None:
     before = os.environ.get(_ENV)
     os.environ[_ENV] = "1"
     try:
+        # lazy: this import is what loads scipy's OpenBLAS, with its thread count set to one above
         import scipy.stats  # noqa: F401
     except Exception:  # scipy is a dependency; a broken install only costs the fork
         pass

@@ -125,6 +125,7 @@ def _bound_codec() -> tuple:
     interpreter lacks those C modules, the Python functions as they are now."""
     dumps, loads, digest = json.dumps, json.loads, hmac.digest
     try:
+        # lazy: CPython's C modules, which another interpreter may lack (the fallback below)
         import _hashlib
         import _json
 

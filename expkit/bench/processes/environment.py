@@ -14,6 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Optional
 
+import torch
+
+from ...core.version import __version__
+from ...timing import telemetry
+
 
 def _git(args: list[str], cwd: Path) -> Optional[str]:
     try:
@@ -63,8 +68,6 @@ def source_hashes(fns: Iterable[Callable[..., Any]]) -> Dict[str, str]:
 
 
 def gpu_info(device: str) -> Dict[str, Any]:
-    import torch
-
     if device != "cuda" or not torch.cuda.is_available():
         return {"name": None, "note": "CPU run: no GPU used"}
     idx = torch.cuda.current_device()
@@ -80,8 +83,6 @@ def gpu_info(device: str) -> Dict[str, Any]:
         "cuda_runtime": torch.version.cuda,
     }
     try:
-        from ...timing import telemetry
-
         info.update(telemetry.static_info(idx))
     except Exception as e:  # NVML is optional: say what is missing
         info["nvml"] = f"unavailable: {type(e).__name__}: {e}"
@@ -92,10 +93,6 @@ def capture(manifest_folder: Path, device: str, fns: Iterable[Callable[..., Any]
             gpu: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Provenance of this process; ``gpu`` as the baseline's worker read it (the parent
     never initialises CUDA itself), else read here."""
-    import torch
-
-    from ...core.version import __version__
-
     return {
         "expkit": __version__,
         "python": sys.version.split()[0],

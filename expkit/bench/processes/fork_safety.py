@@ -10,9 +10,11 @@ torch was imported, which this module records when it is imported.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import os
+import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, FrozenSet, Iterator, Mapping, Optional, Set
 
@@ -58,8 +60,6 @@ def _driver_initialised(path: str, *, load: Optional[Callable[[str], Any]] = Non
     loaded (``RTLD_NOLOAD``). Anything but that one answer counts as initialised: a wrong
     "not initialised" would fork a child that cannot use CUDA, a wrong "initialised" costs
     only the fork server's start. ``load`` is the seam for tests."""
-    import ctypes
-
     try:
         lib = (load or open_loaded)(path)
         count = ctypes.c_int(0)
@@ -163,8 +163,6 @@ def fork_is_safe() -> bool:
 
 def fork_unsafe_reason() -> Optional[str]:
     """Why this process cannot fork a worker safely (:func:`fork_is_safe`), or None."""
-    import threading
-
     if "fork" not in multiprocessing.get_all_start_methods():
         return "fork is not available here"
     if _INHERITED is not None:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import signal
 import sys
 
@@ -23,8 +24,6 @@ def _prctl(option: int, value: int) -> None:
     if not sys.platform.startswith("linux"):
         return
     try:
-        import ctypes
-
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError):
         pass

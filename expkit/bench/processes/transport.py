@@ -33,6 +33,7 @@ import tempfile
 from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
+from torch.multiprocessing.reductions import rebuild_cuda_tensor, reduce_tensor
 
 SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 PREFIX = "expkit-"
@@ -171,8 +172,6 @@ class Exporter:
 
     # -- device memory -----------------------------------------------------------------
     def _export_cuda(self, t: torch.Tensor) -> Descriptor:
-        from torch.multiprocessing.reductions import reduce_tensor
-
         t = t.detach()
         self._alive.append(t)
         _, args = reduce_tensor(t)
@@ -296,8 +295,6 @@ class Importer:
             t = flat.as_strided(tuple(d["shape"]), tuple(d["stride"]), int(d["offset"])) if flat.numel() or not \
                 d["shape"] else torch.empty(tuple(d["shape"]), dtype=dtype)
         elif d["kind"] == "cuda":
-            from torch.multiprocessing.reductions import rebuild_cuda_tensor
-
             dec = lambda s: None if s is None else base64.b64decode(s)  # noqa: E731
             t = rebuild_cuda_tensor(torch.Tensor, torch.Size(d["shape"]), tuple(d["stride"]), int(d["offset"]),
                                     torch.storage.TypedStorage, dtype, int(d["device"]), dec(d["handle"]),

@@ -39,9 +39,11 @@ import multiprocessing
 import os
 import secrets
 import shutil
+import signal
 import tempfile
 import time
 import weakref
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -49,8 +51,11 @@ from ...checks.children import descendants
 from ...core.errors import ExpkitError, ManifestError
 from ...core.findings import Finding
 from ..processes.channel import HEADER, KEY_LEN, MAGIC, WORKER, Channel, ChannelError, RemoteError, write_all
+from ..processes.diagnose import diagnose
 from ..processes.fork_safety import cuda_initialised, fork_is_safe, fork_unsafe_reason
 from .preload import preload_for
+from .serve import Server
+from .side import SideBench
 from .worker import error_reply, worker_main
 
 #: Evidence file names per side (the candidate's keep the names they always had).
@@ -123,8 +128,6 @@ def warm_up_forkserver(method: str, device: str = "cpu") -> None:
     if method not in ("forkserver", "auto") or "forkserver" not in multiprocessing.get_all_start_methods():
         return
     _context(method, device)
-    from multiprocessing import forkserver
-
     try:
         forkserver.ensure_running()
     except Exception:  # the worker's own start will report it
@@ -149,8 +152,6 @@ def wait_exit(proc: Any, timeout: float) -> bool:
 def _kill(pids: List[int]) -> List[int]:
     """SIGKILL each process of ``pids`` still alive (their own children go with the worker's
     session or were listed too); the pids it reached."""
-    import signal
-
     done = []
     for p in pids:
         try:
@@ -270,8 +271,6 @@ class WorkerEndpoint:
         code = self.proc.exitcode
         if code is None or code == 0:
             return ""
-        from ..processes.diagnose import diagnose
-
         try:
             with open(self.stderr_path, "rb") as f:
                 f.seek(0, os.SEEK_END)
@@ -340,9 +339,6 @@ class LocalEndpoint:
     isolated = False
 
     def __init__(self, lm: Any, settings: Any, device: str, role: str, fn: Any = None, factory: Any = None) -> None:
-        from .serve import Server
-        from .side import SideBench
-
         self.role, self.device = role, device
         self.broken: Optional[ChannelError] = None
         self.told = False

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any, Callable, Dict
 
 from ...checks.preflight import PreflightResult
-from ...manifest.settings import Settings
+from ...manifest.settings import DefenceSettings, Settings
 from .pair import Pair
 from .side import BASELINE, CANDIDATE
+from .workload_pair import collect_pair
 
 
 def preflight_in_process(lm: Any, baseline: Callable[..., Any], candidate: Callable[..., Any],
@@ -17,8 +18,6 @@ def preflight_in_process(lm: Any, baseline: Callable[..., Any], candidate: Calla
     """The preflight's correctness trials (and with ``identity`` the profiled identity
     check) with both sides given as callables, run in this process (tests, and scripts
     that want the checks without worker processes). ``settings`` are the oracle settings."""
-    from ...manifest.settings import DefenceSettings
-
     full = Settings(oracle=settings, defences=DefenceSettings(enabled=defended, isolate=False))
     pair = Pair(lm, full, device, sides={BASELINE: (baseline, factory), CANDIDATE: (candidate, factory)})
     try:
@@ -31,8 +30,6 @@ def collect_in_process(lm: Any, baseline: Any, candidate: Any, *, device: str, s
                        progress: Any = None) -> Dict[str, Any]:
     """The workload comparison (:func:`.workload_pair.collect_pair`) with both sides given as
     callables and run in this process (the in-process harness, and tests)."""
-    from .workload_pair import collect_pair
-
     pair = Pair(lm, settings, device, sides={BASELINE: (baseline, None), CANDIDATE: (candidate, None)})
     try:
         return collect_pair(pair, run_seed, progress)

@@ -29,12 +29,16 @@ import time
 from dataclasses import asdict, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import torch
+
 from ...checks import oracles, preflight
 from ...checks.chunks import flat_chunks, max_abs, max_abs_diff
 from ...checks.digest import digest
+from ...checks.rounding import ReferenceLadder
 from ...core.findings import WARNING, Finding
 from ...manifest.spec import PER_CALL_ORACLE_KINDS, Oracle
 from .side import SideBench
+from ..defences.commit import sampled_digests
 from ..processes.transport import Importer
 
 RECHECK = "recheck"
@@ -55,8 +59,6 @@ WIDE_RECHECK_BYTES = 4 << 20
 
 
 def _tensors(values: Sequence[Any]) -> List[Any]:
-    import torch
-
     return [v for v in values if isinstance(v, torch.Tensor)]
 
 
@@ -85,8 +87,6 @@ class Judge:
         """The oracle's float64 reference: the baseline on its inputs upcast, on the device or,
         where the memory plan says so, on the host (:class:`~expkit.checks.rounding.ReferenceLadder`
         says which rung ran, and what happens when none can)."""
-        from ...checks.rounding import ReferenceLadder
-
         key = id(pristine)
         if self._ref is None or self._ref[0] != key:
             self._ref = (key, _Once(ReferenceLadder(self.side.fn, pristine, host=self.reference == "host")))
@@ -114,8 +114,6 @@ class Judge:
         try:
             self.expected = preflight.call_synced(self.side.fn, args)
         except Exception as e:
-            import torch
-
             return {"raised": preflight.short_error(e), "oom": isinstance(e, torch.OutOfMemoryError),
                     "findings": [asdict(f) for f in found], "probed": list(probed)}
         if not self.clone_for_baseline and digest(_tensors(self.pristine), self.key) != self.pristine_digest:
@@ -199,8 +197,6 @@ class Judge:
         candidate computes is NaN both times. A reader of uninitialised memory that
         happens to get poison-filled blocks back again is not recognised (its failure
         stays an oracle failure, which is still invalid)."""
-        import torch
-
         before = self.importer.open(first_outputs)
         again = self.importer.open(outputs)
         with preflight.harness_threads():
@@ -231,8 +227,6 @@ class Judge:
         word for them. The output must first be the one committed when its block ended
         (``kept["digest"]``, drawn with ``kept["seed"]``, digested here): one made right
         after the pick is not the call's."""
-        from ..defences.commit import sampled_digests
-
         self._ref = None  # a reference is per set of inputs: an earlier recheck's tuple may have had this id
         actual = tuple(self.importer.open(kept["outputs"]))
         if sampled_digests([actual], int(kept["seed"]))[0] != kept["digest"]:
@@ -394,8 +388,6 @@ def _rounding_error(expected: Any, reference64: Any) -> float:
     """The baseline's largest distance from its float64 reference (its own rounding
     error), or, where no reference can be computed, one unit of its dtype's precision at
     the output's largest magnitude."""
-    import torch
-
     exp = oracles.flatten(expected)
     try:
         ref = oracles.flatten(reference64())

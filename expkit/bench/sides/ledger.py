@@ -31,6 +31,8 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, Mapping, Optional
 
+import torch
+
 from .memory_plan import host_peak_reset, host_rss
 
 #: The figures per request name, in ``to_dict``'s order.
@@ -50,8 +52,6 @@ class Ledger:
     def _cuda(self) -> Any:
         if self.device != "cuda":
             return None
-        import torch
-
         return torch.cuda if torch.cuda.is_initialized() else None
 
     def start(self, op: Optional[str] = None) -> None:

@@ -44,6 +44,10 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
+import torch
+
+from ...checks.preflight import short_error
+
 _write = os.write  # bound at import, before any code under test (.channel)
 GiB = 1 << 30
 
@@ -56,8 +60,6 @@ ALLOWANCE = 1 * GiB
 
 
 def _nbytes(values: Any) -> int:
-    import torch
-
     if isinstance(values, torch.Tensor):
         return values.numel() * values.element_size()
     if isinstance(values, (tuple, list)):
@@ -185,8 +187,6 @@ def measure_call(fn: Callable[..., Any], make_inputs: Callable[[], Sequence[Any]
     On a GPU the peak is ``torch.cuda.max_memory_allocated`` above what was allocated
     before the inputs were built; on the host it is the resident set's high-water mark
     above the resident set before (Linux), which also counts memory the allocator keeps."""
-    import torch
-
     out: Dict[str, Any] = {"device": device}
     if device == "cuda":
         torch.cuda.synchronize()
@@ -215,8 +215,6 @@ def measure_call(fn: Callable[..., Any], make_inputs: Callable[[], Sequence[Any]
             out["needed_bytes"] = held + int(float(tried.group(1)) * scale)
         return out
     except Exception as e:  # the baseline's own failure: the caller says so, with the case
-        from ...checks.preflight import short_error
-
         out["raised"] = short_error(e)
         return out
     if device == "cuda":

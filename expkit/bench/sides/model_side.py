@@ -14,6 +14,7 @@ from dataclasses import asdict
 from typing import Any, Dict, List, Mapping, Optional
 
 from ...checks import model_oracles as mo
+from ...checks.divergence import replay
 from ...core.findings import Finding
 from .side import CANDIDATE, SideBench
 from ..processes.transport import Importer, pack, unpack
@@ -43,8 +44,6 @@ def model_request(side: SideBench, judge: Any, msg: Mapping[str, Any]) -> Dict[s
                                   "outs": [[k[0], k[1], v] for k, v in outs.items()]})
         return {"skeleton": skeleton, "tensors": side.exporter.export([t.contiguous() for t in tensors])}
     if step == "replay":
-        from ...checks.divergence import replay
-
         imp = Importer()
         try:
             rec = unpack(msg["skeleton"], imp.open(msg["tensors"]))

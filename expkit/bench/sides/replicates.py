@@ -17,12 +17,13 @@ from ...checks.interference import add_summaries
 from ...core.findings import Finding
 from ...manifest.settings import Settings
 from ...manifest.spec import LoadedManifest
-from ...timing import measure
+from ...timing import measure, telemetry
 from ..processes.fork_safety import threads_the_child_never_needs
 from .launches import add_launches
 from .memory_plan import GiB, HEADROOM
 from .pair import Pair, open_pair
 from .side import ROLES
+from ..defences import outside_clock
 from ..defences.tamper import TAMPER
 
 #: Device memory a pair's two workers need to start: until they open (``prepare``), each holds
@@ -39,8 +40,6 @@ def _telemetry(device: str, gpu: Optional[Dict[str, Any]]) -> Any:
     fork server (on an H100, its start cost each KernelBench run seconds)."""
     if device != "cuda":
         return None
-    from ...timing import telemetry
-
     gpu = gpu or {}
     with threads_the_child_never_needs("NVML"):
         return telemetry.for_gpu(int(gpu.get("index") or 0), gpu.get("uuid"))
@@ -83,12 +82,10 @@ class Replicates:
     def clock_findings(self) -> List[Finding]:
         """The parent's clock against the candidate's own figures, each case over all its
         processes' requests (:mod:`..defences.outside_clock`); its figures go in the evidence."""
-        from ..defences.outside_clock import clock_figures, clock_findings
-
         out: List[Finding] = []
         for case, rows in self.clock.items():
-            self.first.evidence.setdefault("outside_clock", {})[case] = clock_figures(rows)
-            out += clock_findings(case, rows)
+            self.first.evidence.setdefault("outside_clock", {})[case] = outside_clock.clock_figures(rows)
+            out += outside_clock.clock_findings(case, rows)
         return out
 
     def open(self, r: int) -> "_Replicate":

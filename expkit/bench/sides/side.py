@@ -40,19 +40,25 @@ import sys
 from dataclasses import asdict
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from ...checks import oracles, preflight
+import torch
+
+from ...checks import oracles, preflight, recording
 from ...checks.activity import THREADS, ResourceAccount, activity, new_activity, set_cpu_threads, settle, thread_count
 from ...checks.code_digest import imported_code
 from ...checks.global_state import GLOBAL_STATE, snapshot_state, state_changes
 from ...core.findings import WARNING, Finding
+from ...manifest import kernelbench
+from ...manifest.refs import resolve
 from ...manifest.settings import Settings
+from ...timing import factory as timer_factory
 from ..defences.block_checks import after_block, opening, started_at_import
 from ..defences.clock import CLOCK
 from ..defences.commit import COMMIT_BYTES, COPY_BYTES, Commitments, nbytes
 from ..defences.fallback import ExceptionWitness, candidate_files
 from ..defences.fresh import FreshInputs
 from .ledger import Laps
-from ..defences.tamper import TAMPER, FunctionSnapshot
+from .memory_plan import measure_call
+from ..defences.tamper import TAMPER, FunctionSnapshot, torch_callables_for
 from ..processes.traces import trace_to_dict
 from ..processes.transport import Exporter, collect_sent, structure
 
@@ -82,12 +88,8 @@ def resolve_side(lm: Any, role: str) -> Tuple[Callable[..., Any], Callable[..., 
     Only what this side needs is imported: the candidate's module is never imported in
     the baseline's process, and the custom oracles (which judge) never in the
     candidate's."""
-    from ...manifest.refs import resolve
-
     m = lm.manifest
     if getattr(m, "kernelbench", None) is not None:  # a KernelBench-style pair brings both sides and inputs
-        from ...manifest import kernelbench
-
         fn, factory = kernelbench.side(lm, role)
     else:
         fn = resolve(getattr(m, role), lm.folder, manifest_path=lm.path, key=role)
@@ -180,8 +182,6 @@ class SideBench:
 
     def trial_call(self, case: str, params: Mapping[str, Any], poison: bool = True) -> Dict[str, Any]:
         """One checked call on this trial's inputs; the outputs exported for the judge."""
-        import torch
-
         found: List[Finding] = []
         args = self.trial_inputs_ if self.role == CANDIDATE else preflight.clone_inputs(self.trial_inputs_)
         state_before = snapshot_state() if self.defended else None
@@ -212,8 +212,6 @@ class SideBench:
     def rerun(self) -> Dict[str, Any]:
         """The call again on a copy of the trial's inputs, without poison, after handing the
         allocator zero-filled blocks of the sizes in play (see ``uninitialised``)."""
-        import torch
-
         outs = oracles.flatten(self.trial_outputs) if self.trial_outputs is not None else ()
         sizes = {(tuple(t.shape), t.dtype, t.device) for t in list(outs) + [v for v in self.trial_inputs_ if _is_tensor(v)]}
         scrub = [torch.zeros(shape, dtype=dtype, device=dev) for shape, dtype, dev in sizes for _ in range(8)]
@@ -230,10 +228,6 @@ class SideBench:
         same shapes (steady state: a compiled side has compiled, lazy initialisation is
         done, and nothing the profiled call computes was computed before), as a
         plain-data trace."""
-        import torch
-
-        from ...checks import recording
-
         fn = self.witness if self.role == CANDIDATE else self.fn
         warm = self.inputs(params, preflight.derive_seed(seed, "warm"))  # a factory's error is the user's
         try:
@@ -250,8 +244,6 @@ class SideBench:
     def watch(self, op_names: List[str]) -> Dict[str, Any]:
         """Watch the torch callables the baseline's trace reaches, as they are now (where the
         two sides share a process, a patch of one the baseline alone uses is then tamper)."""
-        from ..defences.tamper import torch_callables_for
-
         odd = self.funcs0.watch(torch_callables_for(op_names))
         found = [Finding(TAMPER, False, "torch callables the baseline uses are not torch's own: " + ", ".join(odd[:6]))
                  ] if odd and self.defended else []
@@ -282,8 +274,6 @@ class SideBench:
     def probe(self, params: Mapping[str, Any], seed: int) -> Dict[str, Any]:
         """One plain call of this side: bytes of inputs and outputs, peak bytes above the
         starting point, and the device's free memory (the memory plan's evidence)."""
-        from .memory_plan import measure_call
-
         return measure_call(self.fn, lambda: self.inputs(params, seed), self.device)
 
     # -- measurement ----------------------------------------------------------------------
@@ -423,9 +413,7 @@ class CaseState:
         self.leaked_threads = 0
         self.pool_threads = 0  # new parked threads excused so far (block_checks.after_block)
         self.reported: set = set()
-        from ...timing.factory import side_timer
-
-        self.timer = side_timer(device, s.measure, self.before, self.after, CLOCK)
+        self.timer = timer_factory.side_timer(device, s.measure, self.before, self.after, CLOCK)
         self.per_call_hook = bool(self.timer.per_call_hook)
         # The cores a block's calls use (CPU): more than measure.cpu_threads allows is a
         # count of cores, not a speedup (checks.activity.ResourceAccount).
@@ -521,8 +509,6 @@ class CaseState:
 
 
 def _is_tensor(v: Any) -> bool:
-    import torch
-
     return isinstance(v, torch.Tensor)
 
 

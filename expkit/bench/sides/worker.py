@@ -12,11 +12,16 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from multiprocessing import forkserver, resource_tracker
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
+import torch
+
 from ...checks.interference import count_continues
 from ...core.errors import ExpkitError, ManifestError
+from ...manifest.spec import load
+from ..defences.affinity_guard import AffinityGuard
 from ..processes.allocator import steady as steady_allocator
 from ..processes.blas import worker_scipy_threads
 from ..processes.channel import HEADER, KEY_LEN, MAGIC, Channel, ChannelError, read_exact
@@ -25,6 +30,8 @@ from ..processes.cores import current as current_cores
 from ..processes.inductor import compile_in_process
 from ..processes.lifetime import become_subreaper, die_with_parent
 from .memory_plan import PROC_FILES
+from .serve import Server
+from .side import SideBench
 
 
 def _redirect(fd: int, path: str) -> None:
@@ -54,8 +61,6 @@ def release_forkserver_pipe() -> None:
     attribute, 3.8 to 3.13; where it is missing nothing is closed). See the callers for
     why each needs it closed."""
     try:
-        from multiprocessing import forkserver
-
         fd = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)
         if fd is not None:
             os.close(fd)
@@ -79,8 +84,6 @@ def _release_inherited() -> None:
     for kept in PROC_FILES:  # the parent's own /proc files, kept open by its memory readings
         kept.release_inherited()
     try:
-        from multiprocessing import resource_tracker
-
         tracker = resource_tracker._resource_tracker
         fd = getattr(tracker, "_fd", None)
         if fd is not None:
@@ -99,8 +102,6 @@ def error_reply(e: BaseException) -> Dict[str, Any]:
         return {"error": {"type": "ExpkitError", "message": str(e)}}
     tb = traceback.extract_tb(e.__traceback__)
     where = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
-    import torch
-
     kind = "oom" if isinstance(e, torch.OutOfMemoryError) else "error"
     return {"error": {"type": kind, "message": f"{type(e).__name__}: {e}{where}"}}
 
@@ -140,11 +141,6 @@ def worker_main(req: Any, rep: Any, manifest_path: str, settings: Any, device: s
     # Before the candidate's code is imported: from then on it cannot trace, read the memory
     # of or signal the baseline's worker, the parent or the fork server (.confine).
     confinement = confine() if role == "candidate" and settings.defences.confine else None
-    from ...manifest.spec import load
-    from ..defences.affinity_guard import AffinityGuard
-    from .serve import Server
-    from .side import SideBench
-
     server: Any = None
     startup: Optional[BaseException] = None
     try:

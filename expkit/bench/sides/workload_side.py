@@ -18,11 +18,13 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from ...checks import oracles
 from ...core.findings import Finding
+from ...manifest.refs import resolve
 from ...manifest.spec import PER_CALL_ORACLE_KINDS
 from ...workload.collect import SideEvidence, WallTimer, build_side, sync_for
 from ...workload.compile import compile_stats, dynamo_snapshot
 from ...workload.profile import ProfileSummary, record_runs, summarize_trace
 from ...workload.utilisation import Utilisation, cuda_index, cuda_uuid, observe_utilisation, open_utilisation
+from ..defences.clock import CLOCK
 from .side import BASELINE, SideBench
 from ..processes.transport import Importer
 
@@ -108,14 +110,10 @@ def workload_request(side: SideBench, judge: Any, msg: Mapping[str, Any]) -> Dic
 
 
 def side_clock() -> float:
-    from ..defences.clock import CLOCK
-
     return CLOCK()
 
 
 def _judge_outputs(side: SideBench, st: Mapping[str, Any], descs: Any) -> List[Finding]:
-    from ...manifest.refs import resolve
-
     lm, e2e = side.lm, side.lm.manifest.end_to_end
     where = f"workload {e2e.name}"
     custom = {i: resolve(o.function, lm.folder, manifest_path=lm.path, key=f"end_to_end.oracles[{i}].function")
