@@ -5,12 +5,15 @@
 # Steps: tests examples bench suite2 kb-audit kb-ab (default: tests examples bench; suite2 needs two GPUs).
 # GPU_TESTS narrows the tests step (default: every test marked gpu); GPUS_TESTS picks its GPU;
 # TESTS_BESIDE=1 runs it beside the steps after it (give those other GPUs), for at most TESTS_SECONDS
-# (default 540).
+# (default 540). GPU_TESTS_SPLIT="files A;files B" runs group i on the i-th GPU of GPUS_TESTS, side
+# by side (logs gpu_tests-<i>.log).
 # kb-audit: KernelBench level 1 at original sizes from .kernelbench/ (git-ignored; carry it), an
 # identity per problem and, for problems up to KB_FULL (default 10), a torch.compile and a wrong one,
 # audited over AUDIT_GPUS for at most KB_AUDIT_SECONDS; the report is written from the records it has.
+# KB_SPLIT="GPUS:ARGS;GPUS:ARGS" runs one audit per entry side by side, each on its GPUS with its own extra
+# arguments (a setting, --retries ...), into kb-audit-<i>/ (default: one audit on AUDIT_GPUS, default 0).
 # KB_FROM (default 1) and KB_TO (default 100): the first and last problems audited (an audit split
-# over device calls).
+# over device calls); KB_ALSO, a comma list of problems audited beside that range.
 # kb-ab: what a change costs a `quick` identity verdict on KernelBench level 1 at original sizes:
 # the problems KB_AB (default 1,40,19) from the tree in .ab-before/ (an older snapshot's expkit/,
 # conf/ and pyproject.toml; carry it) and from this one, alternating, AB_ROUNDS (default 3) rounds
@@ -31,7 +34,14 @@ steps=${*:-tests examples bench}
 for step in $steps; do
   case $step in
     tests)
-      if [ -n "${TESTS_BESIDE:-}" ]; then  # beside the steps after it, on its own GPU; joined before packing
+      if [ -n "${GPU_TESTS_SPLIT:-}" ]; then  # groups of test files, one per GPU of GPUS_TESTS, side by side
+        IFS=';' read -ra groups <<< "$GPU_TESTS_SPLIT"; IFS=, read -ra tgpus <<< "${GPUS_TESTS:-0}"
+        for i in "${!groups[@]}"; do
+          CUDA_VISIBLE_DEVICES=${tgpus[$i]} timeout "${TESTS_SECONDS:-540}" python3 -m pytest -m gpu ${groups[$i]} \
+            -q -p no:cacheprovider > "/tmp/batch/gpu_tests-$i.log" 2>&1 &
+        done
+        [ -n "${TESTS_BESIDE:-}" ] || wait
+      elif [ -n "${TESTS_BESIDE:-}" ]; then  # beside the steps after it, on its own GPU; joined before packing
         CUDA_VISIBLE_DEVICES=${GPUS_TESTS:-0} timeout "${TESTS_SECONDS:-540}" python3 -m pytest -m gpu ${GPU_TESTS:-tests} \
           -q -p no:cacheprovider > /tmp/batch/gpu_tests.log 2>&1 &
       else
@@ -45,13 +55,19 @@ for step in $steps; do
       done
       for f in /tmp/kb/runs/own/level_1_problem_*_kernel.py; do
         p=${f##*problem_}; p=${p%%_*}
-        { [ "$p" -lt "${KB_FROM:-1}" ] || [ "$p" -gt "${KB_TO:-100}" ]; } && rm "$f"
+        { [ "$p" -lt "${KB_FROM:-1}" ] || [ "$p" -gt "${KB_TO:-100}" ]; } && ! [[ ",${KB_ALSO:-}," == *",$p,"* ]] && rm "$f"
       done
-      CUDA_VISIBLE_DEVICES=${AUDIT_GPUS:-0} timeout "${KB_AUDIT_SECONDS:-480}" python3 -m expkit audit /tmp/kb/runs/own \
-        --problems .kernelbench/KernelBench --allow-baseline-ops --timeout 180 --out /tmp/batch/kb-audit --quiet \
-        2>&1 | tee /tmp/batch/kb-audit.log
-      echo "exit code: ${PIPESTATUS[0]}" | tee -a /tmp/batch/kb-audit.log
-      [ -f /tmp/batch/kb-audit/audit.md ] || python3 -c 'import sys; from pathlib import Path; from expkit.report import audit_report; print(audit_report.write(Path(sys.argv[1])))' /tmp/batch/kb-audit 2>&1 | tee -a /tmp/batch/kb-audit.log ;;
+      IFS=';' read -ra audits <<< "${KB_SPLIT:-${AUDIT_GPUS:-0}:}"
+      for i in "${!audits[@]}"; do
+        dir=/tmp/batch/kb-audit; [ ${#audits[@]} -gt 1 ] && dir=/tmp/batch/kb-audit-$i
+        ( CUDA_VISIBLE_DEVICES=${audits[$i]%%:*} timeout "${KB_AUDIT_SECONDS:-480}" python3 -m expkit audit /tmp/kb/runs/own \
+            --problems .kernelbench/KernelBench --allow-baseline-ops --timeout 180 --out "$dir" --quiet ${audits[$i]#*:} \
+            > "$dir.log" 2>&1
+          echo "exit code: $?" >> "$dir.log"
+          [ -f "$dir/audit.md" ] || python3 -c 'import sys; from pathlib import Path; from expkit.report import audit_report; print(audit_report.write(Path(sys.argv[1])))' "$dir" >> "$dir.log" 2>&1
+          cat "$dir.log" ) &
+      done
+      wait ;;
     kb-ab)
       python3 benchmarks/kernelbench_generation_run.py .kernelbench --level 1 --problems "${KB_AB:-1,40,19}" \
         --out /tmp/kb/runs/ab > /tmp/batch/kb-ab-generate.log 2>&1
@@ -93,6 +109,7 @@ k(Path(sys.argv[1]), Path(sys.argv[2]), problems=Path(".kernelbench/KernelBench"
   esac
 done
 wait
-tail -1 /tmp/batch/gpu_tests.log 2>/dev/null
+tail -qn1 /tmp/batch/gpu_tests*.log 2>/dev/null
+find /tmp/batch -path "/tmp/batch/kb-audit*" -name "*.png" -delete  # the records and result.json files are the evidence
 tar -czf "$OUT/batch.tar.gz" -C /tmp/batch .
 ls -la "$OUT"
