@@ -313,3 +313,46 @@ def test_a_forked_worker_closes_its_parents_kept_proc_files_before_the_code_unde
     os.waitpid(pid, 0)
     assert got == "True True", got
     assert [f.fd() for f in memory_plan.PROC_FILES] == inherited  # the parent's own stay open
+
+
+def _side(peak, request, held):
+    return {"peaks": {"peak_allocated": {"bytes": peak, "request": request}},
+            "requests": {request: {"count": 27, "seconds": 3.5, "held_allocated": held}}}
+
+
+def _plan(budget, **measured):
+    return {"memory": {"input_sets": 4, "plain_peak_bytes": 134234112, "projected_bytes": 939671552,
+                       "budget_bytes": budget, "reference": "device", "hold_previous": True,
+                       "keep_pristine": True, "clone_for_baseline": True, "notes": [], "measured": measured}}
+
+
+def test_a_side_over_the_budget_is_told_what_was_held_and_what_the_request_added():
+    """KernelBench's 12_Matmul_with_diagonal_matrices on an H200: the candidate's timed blocks
+    peaked 0.18 GiB above the plan's budget with 1.37 GiB held when the block began."""
+    got = memory_context(_plan(1342210048, candidate=_side(1535301120, "block", 1471000000),
+                               baseline=_side(998244352, "block", 397000000)))
+    assert len(got["over"]) == 1, got["over"]
+    line = got["over"][0]
+    assert line.startswith("The candidate's worker went over the budget: 1.43 GiB of tensors in `block`, 0.18 GiB "
+                           "above 1.25 GiB: 1.37 GiB was held when the request began")
+    assert "committed for the recheck's pick" in line and line.endswith("0.06 GiB was the request's own.")
+
+
+def test_a_side_within_the_budget_or_with_no_device_figures_adds_no_line():
+    assert memory_context(_plan(2 * GiB, candidate=_side(1535301120, "block", 1471000000)))["over"] == []
+    cpu = {"peaks": {"peak_rss": {"bytes": 5 * GiB, "request": "block"}}, "requests": {}}
+    assert memory_context(_plan(GiB, candidate=cpu))["over"] == []
+
+
+def test_an_over_budget_request_other_than_a_block_names_what_came_before_it():
+    got = memory_context(_plan(GiB, baseline=_side(3 * GiB, "judge", GiB)))["over"]
+    assert got == ["The baseline's worker went over the budget: 3.00 GiB of tensors in `judge`, 2.00 GiB above "
+                   "1.00 GiB: 1.00 GiB was held when the request began (what the requests before it left alive), "
+                   "2.00 GiB was the request's own (the checks' tensors, the float64 reference among them)."]
+
+
+def test_the_words_for_a_blocks_held_bytes_match_the_commitments_limit():
+    from expkit.bench.defences.commit import COMMIT_BYTES
+    from expkit.report.memory import BLOCK_HELD
+
+    assert f"{COMMIT_BYTES / GiB:.2f} GiB" in BLOCK_HELD

@@ -15,6 +15,12 @@ from typing import Any, Dict, List, Mapping, Optional
 from .formatting import cell, fmt_duration
 
 GiB = float(1 << 30)
+#: What a timed block's held bytes are, in words (``bench/sides/memory_plan.py`` and
+#: ``bench/defences/commit.py``: a block keeps up to 0.5 GiB of outputs for the recheck's pick).
+BLOCK_HELD = "the input sets, the copies the plan keeps, and up to 0.50 GiB of outputs committed for the recheck's pick"
+#: What a judging request makes of its own (``bench/sides/judge.py``).
+CHECKS_OWN = "the checks' tensors, the float64 reference among them"
+OWN = {"judge": CHECKS_OWN, "recheck": CHECKS_OWN, "expect": CHECKS_OWN}
 
 #: The longest requests shown per side.
 LONGEST = 3
@@ -49,13 +55,35 @@ def _plan_line(mem: Mapping[str, Any]) -> Optional[str]:
     return line
 
 
+def _over_budget(role: str, side: Mapping[str, Any], budget: Optional[int]) -> Optional[str]:
+    """Where a side's device tensors peaked above the plan's budget: what was held when that
+    request began (left alive by the requests before it) and what the request itself added."""
+    peak = (side.get("peaks") or {}).get("peak_allocated")
+    if not budget or not peak or peak["bytes"] <= budget:
+        return None
+    req = (side.get("requests") or {}).get(peak["request"]) or {}
+    held = req.get("held_allocated")
+    line = (f"The {role}'s worker went over the budget: {_gib(peak['bytes'])} of tensors in `{peak['request']}`, "
+            f"{_gib(peak['bytes'] - budget)} above {_gib(budget)}")
+    if held is None:
+        return line + "."
+    what = BLOCK_HELD if peak["request"] == "block" else "what the requests before it left alive"
+    own = OWN.get(peak["request"])
+    return line + (f": {_gib(held)} was held when the request began ({what}), "
+                   f"{_gib(max(0, peak['bytes'] - held))} was the request's own{f' ({own})' if own else ''}.")
+
+
 def memory_context(result: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
     """The section's rows, or None where the run stored no memory figures."""
     mem = result.get("memory")
     if not mem:
         return None
     rows: List[Dict[str, str]] = []
+    over: List[str] = []
     for role, side in (mem.get("measured") or {}).items():
+        line = _over_budget(role, side, mem.get("budget_bytes"))
+        if line is not None:
+            over.append(line)
         reqs = side.get("requests") or {}
         longest = sorted(reqs.items(), key=lambda kv: -(kv[1].get("seconds") or 0))[:LONGEST]
         rows.append({"side": role,
@@ -65,4 +93,4 @@ def memory_context(result: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
                      "longest": ", ".join(f"`{op}` {fmt_duration(r.get('seconds') or 0)} ({r.get('count')}x)"
                                           for op, r in longest)})
     return {"plan": _plan_line(mem), "notes": [cell(n) for n in mem.get("notes") or []], "rows": rows,
-            "measured": mem.get("measured") is not None}
+            "over": over, "measured": mem.get("measured") is not None}
