@@ -21,6 +21,7 @@ the baseline's worker's word: the candidate's worker cannot make the probe a pla
 **The profiled call**: both sides drop their trials' tensors, then each is profiled once,
 one after the other, and held against ``expect:`` and the target.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
