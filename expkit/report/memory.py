@@ -18,9 +18,9 @@ GiB = float(1 << 30)
 #: What a timed block's held bytes are, in words (``bench/sides/memory_plan.py`` and
 #: ``bench/defences/commit.py``: a block keeps up to 0.5 GiB of outputs for the recheck's pick).
 BLOCK_HELD = "the input sets, the copies the plan keeps, and up to 0.50 GiB of outputs committed for the recheck's pick"
-#: What a judging request makes of its own (``bench/sides/judge.py``).
+#: The requests that judge (``bench/sides/judge.py``), and what they make of their own.
+CHECKING = frozenset({"judge", "recheck", "expect"})
 CHECKS_OWN = "the checks' tensors, the float64 reference among them"
-OWN = {"judge": CHECKS_OWN, "recheck": CHECKS_OWN, "expect": CHECKS_OWN}
 
 #: The longest requests shown per side.
 LONGEST = 3
@@ -68,9 +68,9 @@ def _over_budget(role: str, side: Mapping[str, Any], budget: Optional[int]) -> O
     if held is None:
         return line + "."
     what = BLOCK_HELD if peak["request"] == "block" else "what the requests before it left alive"
-    own = OWN.get(peak["request"])
+    own = f" ({CHECKS_OWN})" if peak["request"] in CHECKING else ""
     return line + (f": {_gib(held)} was held when the request began ({what}), "
-                   f"{_gib(max(0, peak['bytes'] - held))} was the request's own{f' ({own})' if own else ''}.")
+                   f"{_gib(max(0, peak['bytes'] - held))} was the request's own{own}.")
 
 
 def memory_context(result: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
