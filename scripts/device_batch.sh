@@ -14,6 +14,9 @@
 # arguments (a setting, --retries ...), into kb-audit-<i>/ (default: one audit on AUDIT_GPUS, default 0).
 # KB_FROM (default 1) and KB_TO (default 100): the first and last problems audited (an audit split
 # over device calls); KB_ALSO, a comma list of problems audited beside that range.
+# KB_RESUME=DIR: finish the audit folder DIR (carry it; a kb-audit folder an earlier call returned) with
+# `expkit audit --resume` on AUDIT_GPUS instead of starting one: the run and KernelBench's problems are
+# made again at the same absolute paths under /tmp/kb, so its manifests' relative paths still hold.
 # kb-ab: what a change costs a `quick` identity verdict on KernelBench level 1 at original sizes:
 # the problems KB_AB (default 1,40,19) from the tree in .ab-before/ (an older snapshot's expkit/,
 # conf/ and pyproject.toml; carry it) and from this one, alternating, AB_ROUNDS (default 3) rounds
@@ -48,6 +51,7 @@ for step in $steps; do
         CUDA_VISIBLE_DEVICES=${GPUS_TESTS:-0} python3 -m pytest -m gpu ${GPU_TESTS:-tests} -q -p no:cacheprovider 2>&1 | tee /tmp/batch/gpu_tests.log
       fi ;;
     kb-audit)
+      mkdir -p /tmp/kb && cp -r .kernelbench/KernelBench /tmp/kb/KernelBench  # one absolute path on every call
       python3 benchmarks/kernelbench_generation_run.py .kernelbench --level 1 --out /tmp/kb/runs/own > /tmp/batch/kb-generate.log 2>&1
       for f in /tmp/kb/runs/own/level_1_problem_*_sample_[12]_kernel.py; do
         p=${f##*problem_}; p=${p%%_*}
@@ -57,11 +61,19 @@ for step in $steps; do
         p=${f##*problem_}; p=${p%%_*}
         { [ "$p" -lt "${KB_FROM:-1}" ] || [ "$p" -gt "${KB_TO:-100}" ]; } && ! [[ ",${KB_ALSO:-}," == *",$p,"* ]] && rm "$f"
       done
+      if [ -n "${KB_RESUME:-}" ]; then
+        cp -r "$KB_RESUME" /tmp/batch/kb-audit
+        CUDA_VISIBLE_DEVICES=${AUDIT_GPUS:-0} timeout "${KB_AUDIT_SECONDS:-480}" python3 -m expkit audit \
+          --resume /tmp/batch/kb-audit --quiet > /tmp/batch/kb-audit-resume.log 2>&1
+        echo "exit code: $?" >> /tmp/batch/kb-audit-resume.log
+        cat /tmp/batch/kb-audit-resume.log
+        continue
+      fi
       IFS=';' read -ra audits <<< "${KB_SPLIT:-${AUDIT_GPUS:-0}:}"
       for i in "${!audits[@]}"; do
         dir=/tmp/batch/kb-audit; [ ${#audits[@]} -gt 1 ] && dir=/tmp/batch/kb-audit-$i
         ( CUDA_VISIBLE_DEVICES=${audits[$i]%%:*} timeout "${KB_AUDIT_SECONDS:-480}" python3 -m expkit audit /tmp/kb/runs/own \
-            --problems .kernelbench/KernelBench --allow-baseline-ops --timeout 180 --out "$dir" --quiet ${audits[$i]#*:} \
+            --problems /tmp/kb/KernelBench --allow-baseline-ops --timeout 180 --out "$dir" --quiet ${audits[$i]#*:} \
             > "$dir.log" 2>&1
           echo "exit code: $?" >> "$dir.log"
           [ -f "$dir/audit.md" ] || python3 -c 'import sys; from pathlib import Path; from expkit.report import audit_report; print(audit_report.write(Path(sys.argv[1])))' "$dir" >> "$dir.log" 2>&1
