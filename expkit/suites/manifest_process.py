@@ -53,15 +53,16 @@ import faulthandler
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
-from ..bench.processes.diagnose import diagnose
+from ..bench.processes.diagnose import WORKER_OUTPUT_ENV, diagnose
 from ..bench.processes.lifetime import die_with_parent
 from ..core.errors import ExpkitError
 from ..core.findings import Finding
@@ -74,6 +75,9 @@ STDOUT = "worker.stdout"
 STDERR = "worker.stderr"
 ERROR = "worker.error"
 RESULT = "result.json"  # store.RESULT, named here so that the supervisor need not import torch
+#: The job's side workers keep their output here until they close (``WORKER_OUTPUT_ENV``): what
+#: stays is a killed job's, its workers' stack dumps among it.
+WORKERS = "workers"
 
 DONE, ERROR_STATUS = "done", "error"
 
@@ -351,9 +355,11 @@ class _Proc:
 
 def stderr_tails(run_dir: Path, max_bytes: int = 16384) -> List[str]:
     """The ends of the run folder's stderr files: this worker's first, then any the
-    runner kept of its own isolated worker (``*stderr*``)."""
+    runner kept of its own isolated workers (``*stderr*``), then those its side workers
+    left in ``workers/`` when it was killed before they closed."""
     run_dir = Path(run_dir)
-    paths = [run_dir / STDERR] + sorted(p for p in run_dir.glob("*stderr*") if p.name != STDERR)
+    paths = [run_dir / STDERR] + sorted(p for p in run_dir.glob("*stderr*") if p.name != STDERR) \
+        + sorted((run_dir / WORKERS).glob("*/*stderr*"))
     tails = []
     for path in paths:
         if path.is_file():
@@ -396,6 +402,7 @@ def clear_run_dir(run_dir: Path) -> None:
     for p in Path(run_dir).iterdir():
         if p.is_file() and p.name != JOB:
             p.unlink()
+    shutil.rmtree(Path(run_dir) / WORKERS, ignore_errors=True)
 
 
 def supervise(job: Job, start: str = "spawn", *, cancel: Any = None) -> Outcome:
@@ -409,6 +416,9 @@ def supervise(job: Job, start: str = "spawn", *, cancel: Any = None) -> Outcome:
     run_dir = Path(job.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     clear_run_dir(run_dir)
+    workers = run_dir / WORKERS
+    workers.mkdir()
+    job = replace(job, env=tuple(job.env) + ((WORKER_OUTPUT_ENV, str(workers.resolve())),))
     job.write()
     started, t0 = _now(), time.monotonic()
     proc = _Proc(job, start)
@@ -435,6 +445,10 @@ def supervise(job: Job, start: str = "spawn", *, cancel: Any = None) -> Outcome:
         proc.kill()
         raise
     wall = time.monotonic() - t0
+    try:
+        workers.rmdir()  # empty unless a worker was killed before it closed: its output stays
+    except OSError:
+        pass
     _record_worker(run_dir, job, start, started=started, wall=wall, returncode=rc, timed_out=timed_out)
     if (run_dir / RESULT).is_file() and not timed_out:
         # The runner finished (a crash at interpreter exit, after the result was

@@ -16,6 +16,12 @@ import signal
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+#: The folder in which the bench's side workers keep their stdout and stderr until they close
+#: (:class:`..sides.endpoint.WorkerEndpoint`); the system's temporary folder where unset. A suite's
+#: supervisor sets it to a folder of the job's run folder, so that a job killed for time keeps
+#: its workers' stack dumps there, for :func:`diagnose` and for the user, and leaves nothing behind.
+WORKER_OUTPUT_ENV = "EXPKIT_WORKER_OUTPUT"
+
 _CUDA_ERROR = re.compile(
     r"CUDA error|CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|cudaError\w*|"
     r"illegal memory access|device-side assert|an illegal instruction|misaligned address|"
@@ -36,7 +42,7 @@ def _signal_text(signum: int) -> str:
 
 # expkit's own code: its package folder, and the file names of its modules in every stage
 # package (the zoo's left out, as they were when the modules all sat in one folder).
-_PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 _PACKAGE_DIR = str(_PACKAGE_ROOT).replace("\\", "/") + "/"
 _PACKAGE_NAMES = tuple(sorted({f"{p.name}:" for p in _PACKAGE_ROOT.rglob("*.py")
                                if p.relative_to(_PACKAGE_ROOT).parts[0] != "zoo"}))
@@ -62,9 +68,12 @@ def _last_frame(tail: str) -> Optional[str]:
     """Where a faulthandler dump says the worker was: its innermost frame, and where
     that is library code (ctypes, torch), the innermost frame of the user's own code.
 
-    The first thread whose innermost frame is not in ``threading.py`` is taken:
-    threads parked there (a profiler's, a pool's) are not where the work was."""
+    Of the dump's threads, the first with a frame of the user's code is taken, else the
+    first whose innermost frame is not in ``threading.py``: threads parked there (a
+    profiler's, a pool's) are not where the work was, and a helper thread of the harness
+    may be listed before the one that ran the user's code."""
     lines = tail.splitlines()
+    found: List[Tuple[bool, str]] = []
     for i, line in enumerate(lines):
         if not re.match(r"(Current thread|Thread) 0x[0-9a-f]+", line.strip()):
             continue
@@ -73,13 +82,12 @@ def _last_frame(tail: str) -> Optional[str]:
             continue
         path, lineno, func = frames[0]
         text = f"{Path(path).name}:{lineno} in {func}"
-        if _is_library(path):
-            user = next((f for f in frames if not _is_library(f[0])), None)
-            if user is not None:
-                text = f"{func} ({Path(path).parent.name}/{Path(path).name}:{lineno}), called from " \
-                       f"{Path(user[0]).name}:{user[1]} in {user[2]}"
-        return text
-    return None
+        user = next((f for f in frames if not _is_library(f[0])), None)
+        if _is_library(path) and user is not None:
+            text = f"{func} ({Path(path).parent.name}/{Path(path).name}:{lineno}), called from " \
+                   f"{Path(user[0]).name}:{user[1]} in {user[2]}"
+        found.append((user is not None, text))
+    return next((text for mine, text in found if mine), found[0][1] if found else None)
 
 
 def _last_exception(tail: str) -> Optional[str]:

@@ -51,7 +51,7 @@ from ...checks.children import descendants
 from ...core.errors import ExpkitError, ManifestError
 from ...core.findings import Finding
 from ..processes.channel import HEADER, KEY_LEN, MAGIC, WORKER, Channel, ChannelError, RemoteError, write_all
-from ..processes.diagnose import diagnose
+from ..processes.diagnose import WORKER_OUTPUT_ENV, diagnose
 from ..processes.fork_safety import cuda_initialised, fork_is_safe, fork_unsafe_reason
 from .preload import preload_for
 from .serve import Server
@@ -198,7 +198,7 @@ class WorkerEndpoint:
     def __init__(self, lm: Any, settings: Any, device: str, role: str, ctx: Any = None) -> None:
         self.lm, self.settings, self.device, self.role = lm, settings, device, role
         self.d = settings.defences
-        self._dir = tempfile.mkdtemp(prefix=f"expkit-{role}-")
+        self._dir = tempfile.mkdtemp(prefix=f"expkit-{role}-", dir=os.environ.get(WORKER_OUTPUT_ENV) or None)
         out_name, err_name = EVIDENCE[role]
         self.stdout_path = os.path.join(self._dir, out_name)
         self.stderr_path = os.path.join(self._dir, err_name)
