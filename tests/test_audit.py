@@ -1,6 +1,6 @@
 """``expkit audit``: a whole generation run judged in one command, summarised as the field does.
 
-The run under tests/data/audit/ is in KernelBench's layout: three tiny problems and eight
+The run under examples/generation-run/ (the README's audit example) is in KernelBench's layout: three tiny problems and eight
 generated candidates (honest and faster, a copy of the reference, wrong, a result-reusing
 cheat, one that crashes, one that hangs, one that does not compile). One audit of it runs
 through the command line with real workers; its summary is checked against fast_p
@@ -26,7 +26,7 @@ from expkit.suites.launchers import LocalLauncher
 from expkit.suites.manifest_process import DONE, Outcome
 from golden import check
 
-DATA = Path(__file__).parent / "data" / "audit"
+DATA = Path(__file__).parent.parent / "examples" / "generation-run"
 RUN = DATA / "runs" / "tiny"
 FAST = ["measure.min_seconds=0.05", "measure.max_seconds=0.3", "measure.warmup_seconds=0.01", "oracle.trials=2"]
 EXPECTED = {  # candidate -> (correct, category)

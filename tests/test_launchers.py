@@ -72,7 +72,7 @@ def test_an_audit_runs_through_the_slurm_path(tmp_path):
 
     from expkit.suites.audit import run_audit
 
-    data = Path(__file__).parent / "data" / "audit"
+    data = Path(__file__).parent.parent / "examples" / "generation-run"
     run = tmp_path / "runs" / "r"
     run.mkdir(parents=True)
     shutil.copytree(data / "KernelBench", tmp_path / "KernelBench")
