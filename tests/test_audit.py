@@ -70,6 +70,20 @@ def test_every_candidate_is_an_outcome_row_with_its_reason(audited):
         assert r["correct"] == (stored["verdict"] != "invalid")  # none here is unmeasured
 
 
+def test_a_hung_candidate_is_named_at_its_own_line_and_its_workers_output_stays_with_its_run(audited):
+    """The supervisor's kill reaches the side workers too: the candidate's stack dump,
+    kept in the run folder's ``workers/``, names the kernel's own loop. A run whose
+    workers closed leaves no such folder, and none leaves a folder in the system's temp."""
+    finals = {r["candidate"]: r for r in rep.final_records(audited)}
+    hung = finals["level_1_problem_3_sample_0"]
+    assert "level_1_problem_3_sample_0_kernel.py:" in hung["reason"] and "in forward" in hung["reason"], hung["reason"]
+    dumps = list((audited / hung["run_dir"] / "workers").glob("*/*stderr*"))
+    assert any("in forward" in p.read_text() for p in dumps), dumps
+    for name, r in finals.items():
+        if name != "level_1_problem_3_sample_0":
+            assert not (audited / r["run_dir"] / "workers").exists(), name
+
+
 def test_records_stream_one_line_per_attempt(audited):
     lines = (audited / rep.RECORDS).read_text().splitlines()
     recs = [json.loads(ln) for ln in lines]
