@@ -400,6 +400,8 @@ def test_an_interrupted_audit_resumes_where_it_stopped(tmp_path):
     first = audit.run_audit([str(run)], out=tmp_path / "a", device="cpu", overrides=["measure.max_seconds=1"],
                             launcher=LocalLauncher(LauncherSettings(), gpus=[], supervisor=interrupting))
     assert first.interrupted and first.exit_code == 130 and len(first.records) == 1
+    cost = rep.context(tmp_path / "a")["cost"]  # one candidate judged of three planned
+    assert cost["per_candidate"] == rep.fmt_duration(first.records[0]["seconds"]), cost
     with pytest.raises(ExpkitError, match="only launcher settings may change"):
         audit.run_audit(resume=tmp_path / "a", overrides=["measure=rigorous"])
     again = audit.run_audit(resume=tmp_path / "a", launcher=_fake_launcher({"quick": "supported"}, seen))

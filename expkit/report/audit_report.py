@@ -289,7 +289,7 @@ def _cost(plan: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> Dic
 
     seconds = sum(a["seconds"] for a in attempts)
     wall = plan.get("wall_seconds")
-    n = len(plan.get("candidates") or [])
+    n = len({a["candidate"] for a in attempts if a["final"]})  # judged: an interrupted audit's others cost nothing yet
     return {"wall": fmt_duration(wall) if wall is not None else "n/a", "worker": fmt_duration(seconds),
             "per_candidate": fmt_duration(seconds / n) if n else "n/a",
             "per_candidate_wall": fmt_duration(wall / n) if n and wall is not None else "n/a",
