@@ -29,17 +29,33 @@ OPS = textwrap.dedent('''
     def rsqrt_inverse(x): return 1.0 / torch.rsqrt(x)
     def scale_relu(x, k): return torch.relu(x) * k
     def scale_passthrough(x, k): return x * k
+    def rows(params, gen, device):
+        return (torch.rand(params["rows"], params["n"], generator=gen, device=device) * 100,)
+    def signed_rows(params, gen, device):
+        x = torch.rand(params["rows"], params["n"], generator=gen, device=device) * 100
+        return (2 * x - x.max(),)
+    def _scan(x, block):  # a prefix sum that adds in float32: blocks, then their running totals
+        c = x.reshape(x.shape[0], -1, block)
+        loc = torch.cumsum(c, 2)
+        carry = torch.cumsum(loc[:, :, -1], 1) - loc[:, :, -1]
+        return (loc + carry.unsqueeze(2)).reshape(x.shape)
+    def scan_by_256(x): return _scan(x, 256)
+    def scan_by_1024(x): return _scan(x, 1024)
+    def scan_of_magnitudes(x): return _scan(x.abs(), 1024)
 ''')
 
+#: KernelBench's fp32 tolerance, as ``expkit import kernelbench`` declares it.
+KERNELBENCH_FP32 = "oracles: [{kind: allclose, rtol: 1.0e-4, atol: 1.0e-4}]\n"
 
-def _preflight(tmp_path, baseline, candidate, factory="rand", expect=""):
+
+def _preflight(tmp_path, baseline, candidate, factory="rand", expect="", params="{n: 4096}"):
     lm, ops = load_sides(tmp_path, "ops", OPS, textwrap.dedent(f'''
         name: probe
         claim: {{speedup: 1.0}}
         baseline: ops:{baseline}
         candidate: ops:{candidate}
         inputs: {{factory: "ops:{factory}"}}
-        cases: [{{name: c, params: {{n: 4096}}}}]
+        cases: [{{name: c, params: {params}}}]
     ''') + expect)
     return preflight_in_process(lm, getattr(ops, baseline), getattr(ops, candidate), getattr(ops, factory),
                                 run_seed=3, settings=OracleSettings(), device="cpu")
@@ -80,6 +96,36 @@ def test_outside_the_baselines_own_domain_the_probe_is_not_judged(tmp_path, base
     assert not res.invalid, [(f.check, f.message) for f in res.findings if not f.ok]
     (f,) = [f for f in res.findings if f.check == preflight.VALUE_PROBE]
     assert f.ok and f.severity == "warning" and "not judged" in f.message and "not finite" in f.message
+
+
+SCAN = {"factory": "rows", "params": "{rows: 8, n: 32768}"}
+
+
+def test_two_honest_float32_prefix_sums_pass_a_probe_whose_tolerance_the_baseline_cannot_meet(tmp_path):
+    """A fixed atol chosen for non-negative inputs: on the probe, outputs near zero keep the
+    rounding error of partial sums in the thousands, and the baseline itself is farther than
+    1e-4 from its float64 reference there. The rounding rule judges the probe instead (as on
+    KernelBench's cumsum problems, where torch.compile's scan and torch.cumsum differ so)."""
+    res = _preflight(tmp_path, "scan_by_256", "scan_by_1024", expect=KERNELBENCH_FP32, **SCAN)
+    assert not res.invalid, [(f.check, f.message[:300]) for f in res.findings if not f.ok]
+    (warned,) = [f for f in res.findings if f.check == "oracle:allclose" and not f.ok]
+    assert warned.severity == "warning" and warned.message.startswith("on the value probe (inputs [0]")
+    assert "the rounding rule judges the probe instead and passes the candidate" in warned.message
+
+
+def test_a_candidate_right_only_for_non_negative_inputs_still_fails_the_probe_under_the_rounding_rule(tmp_path):
+    res = _preflight(tmp_path, "scan_by_256", "scan_of_magnitudes", expect=KERNELBENCH_FP32, **SCAN)
+    assert res.invalid
+    (bad,) = [f for f in res.findings if f.invalidates]
+    assert bad.message.startswith("on the value probe") and "nor does the candidate pass the rounding rule" in bad.message
+
+
+def test_off_the_probe_a_declared_tolerance_stands_even_where_the_baseline_cannot_meet_it(tmp_path):
+    """The rule is the probe's alone: on inputs the claim itself declares, its tolerance is the
+    claim's own word, and a tolerance too tight for them is fixed in the manifest's oracle."""
+    res = _preflight(tmp_path, "scan_by_256", "scan_by_1024", factory="signed_rows",
+                     expect=KERNELBENCH_FP32 + "expect: {value_probe: false}\n", params="{rows: 8, n: 32768}")
+    assert res.invalid
 
 
 def test_non_tensor_arguments_are_left_alone(tmp_path):

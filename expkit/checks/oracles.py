@@ -74,7 +74,7 @@ def _allclose(spec: Oracle, expected: Sequence[torch.Tensor], actual: Sequence[t
         n_bad = n_nan = 0
         first: Optional[int] = None
         for start, (ec, ac) in flat_chunks(e, a):
-            e64, a64 = ec.to(torch.float64), ac.to(torch.float64)
+            e64, a64 = ec.to(torch.float64), ac.to(device=ec.device, dtype=torch.float64)
             err = (a64 - e64).abs()
             nan = torch.isnan(a64) & ~torch.isnan(e64)
             allowed = atol + rtol * e64.abs()
@@ -98,6 +98,13 @@ def _allclose(spec: Oracle, expected: Sequence[torch.Tensor], actual: Sequence[t
         if ratio > worst_ratio:
             worst_ratio, worst_err = ratio, max_err
     return ok, worst_err, worst_ratio, detail
+
+
+def within_tolerance(spec: Oracle, expected: Any, actual: Any) -> bool:
+    """Whether every element of ``actual`` is within ``allclose``'s ``atol + rtol*|expected|``
+    of ``expected``, at ``expected``'s dtype's tolerance, whatever ``actual``'s dtype and
+    device (a float64 reference on the host, held against the baseline's own output)."""
+    return _allclose(spec, flatten(expected), flatten(actual), first_failure=True)[0]
 
 
 def _bitwise_equal(e: torch.Tensor, a: torch.Tensor) -> bool:
