@@ -42,13 +42,14 @@ OPS = textwrap.dedent('''
     def scan_by_256(x): return _scan(x, 256)
     def scan_by_1024(x): return _scan(x, 1024)
     def scan_of_magnitudes(x): return _scan(x.abs(), 1024)
+    def cumsum(x): return torch.cumsum(x, 1)
 ''')
 
 #: KernelBench's fp32 tolerance, as ``expkit import kernelbench`` declares it.
 KERNELBENCH_FP32 = "oracles: [{kind: allclose, rtol: 1.0e-4, atol: 1.0e-4}]\n"
 
 
-def _preflight(tmp_path, baseline, candidate, factory="rand", expect="", params="{n: 4096}"):
+def _preflight(tmp_path, baseline, candidate, factory="rand", expect="", params="{n: 4096}", device="cpu"):
     lm, ops = load_sides(tmp_path, "ops", OPS, textwrap.dedent(f'''
         name: probe
         claim: {{speedup: 1.0}}
@@ -58,7 +59,7 @@ def _preflight(tmp_path, baseline, candidate, factory="rand", expect="", params=
         cases: [{{name: c, params: {params}}}]
     ''') + expect)
     return preflight_in_process(lm, getattr(ops, baseline), getattr(ops, candidate), getattr(ops, factory),
-                                run_seed=3, settings=OracleSettings(), device="cpu")
+                                run_seed=3, settings=OracleSettings(), device=device)
 
 
 def _probe_findings(res):
@@ -118,6 +119,17 @@ def test_a_candidate_right_only_for_non_negative_inputs_still_fails_the_probe_un
     assert res.invalid
     (bad,) = [f for f in res.findings if f.invalidates]
     assert bad.message.startswith("on the value probe") and "nor does the candidate pass the rounding rule" in bad.message
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_torch_cumsum_and_a_blocked_scan_pass_the_probe_as_kernelbench_sizes_them(tmp_path):
+    """KernelBench's 89_cumsum row length (32,768), torch.cumsum as the baseline: on a GPU it
+    adds in float32, and the probe's outputs near zero are further than 1e-4 from float64."""
+    res = _preflight(tmp_path, "cumsum", "scan_by_1024", expect=KERNELBENCH_FP32, device="cuda", **SCAN)
+    assert not res.invalid, [(f.check, f.message[:300]) for f in res.findings if not f.ok]
+    (warned,) = [f for f in res.findings if f.check == "oracle:allclose" and not f.ok]
+    assert "the rounding rule judges the probe instead and passes the candidate" in warned.message
+    assert _preflight(tmp_path, "cumsum", "scan_of_magnitudes", expect=KERNELBENCH_FP32, device="cuda", **SCAN).invalid
 
 
 def test_off_the_probe_a_declared_tolerance_stands_even_where_the_baseline_cannot_meet_it(tmp_path):
