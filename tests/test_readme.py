@@ -25,6 +25,7 @@ SETUP = ("python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e '.[tes
 TESTS = ".venv/bin/python -m pytest -q"
 FIRST_RUN = ".venv/bin/expkit run manifests/examples/cpu/honest-win.yaml measure=quick"
 GPU_RUN = ".venv/bin/expkit run manifests/examples/gpu/honest.yaml measure=quick"
+AUDIT_RUN = ".venv/bin/expkit audit examples/generation-run/runs/tiny --jobs 2 --timeout 20"
 
 
 def _blocks() -> list[tuple[str, str]]:
@@ -53,7 +54,7 @@ def _claimed(lang: str, body: str) -> bool:
     if lang == "python":  # the notebook, verbatim: tests/test_examples.py runs it as a notebook would
         return body == (ROOT / "examples" / "notebook.py").read_text()
     if lang == "bash":
-        return text in (SETUP, TESTS, GPU_RUN) or text in _walkthrough_commands()
+        return text in (SETUP, TESTS, GPU_RUN, AUDIT_RUN) or text in _walkthrough_commands()
     if lang == "markdown":
         return True  # test_the_sample_report_is_quoted_from_the_committed_report
     return False
@@ -94,6 +95,15 @@ def test_the_sample_report_is_quoted_from_the_committed_report():
         line in report.splitlines() for line in quote.splitlines())
 
 
+def test_the_audit_summary_is_quoted_from_the_committed_report():
+    """The table under "Auditing a generation run" is rows of the report its section links."""
+    section = README.read_text().split("## Auditing a generation run")[1].split("\n## ")[0]
+    (link,) = re.findall(r"\[report\]\((evidence/[^)]+/audit\.md|evidence/[^)]+-audit\.md)\)", section)
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    report = (ROOT / link).read_text().splitlines()
+    assert len(rows) >= 4 and all(row in report for row in rows), [r for r in rows if r not in report]
+
+
 def test_the_gpu_example_the_readme_runs_is_shipped():
     assert (ROOT / GPU_RUN.split()[2]).is_file()
 
@@ -117,6 +127,18 @@ def test_the_first_command_runs_the_shipped_example(tmp_path):
         proc.stdout + proc.stderr)
     report = proc.stdout.split("report: ")[1].split()[0]
     assert (tmp_path / report).is_file()
+
+
+@pytest.mark.slow
+def test_the_audit_command_runs_the_shipped_generation_run(tmp_path):
+    """Every candidate of the shipped run gets a record, the command exits 0 and prints the summary."""
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    proc = _run(AUDIT_RUN, tmp_path)
+    assert proc.returncode == 0 and "## Summary" in proc.stdout, proc.stdout[-3000:] + proc.stderr
+    (audit,) = (tmp_path / "reports").glob("*audit-tiny")
+    finals = {json.loads(line)["candidate"] for line in (audit / "candidates.jsonl").read_text().splitlines()
+              if json.loads(line)["final"]}
+    assert len(finals) == 8 and (audit / "audit.md").is_file()
 
 
 @pytest.mark.slow

@@ -1,0 +1,97 @@
+"""What an audit cost, by kind of candidate: prints a markdown table from an audit folder.
+
+Reads ``audit.json`` (the wall time over every call that worked on the audit, the workers at
+a time), ``candidates.jsonl`` (each attempt's worker seconds and verdict) and each attempt's
+``result.json`` (its ``stages``: loading, starting the first pair, the preflight, the
+measurement). A kind is a sample number, named with ``--kinds`` (for the run
+``kernelbench_generation_run.py`` writes: ``0=identity,1=torch.compile,2=wrong``).
+
+    python benchmarks/audit_cost.py AUDIT --kinds 0=identity,1=torch.compile,2=wrong [--tsv stages.tsv]
+
+``--tsv`` also writes one row per attempt: candidate, attempt, preset, verdict, seconds, stages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+STAGES = ("load", "start", "plan", "preflight", "measure", "judge")
+
+
+def _records(audit: Path) -> List[Dict[str, Any]]:
+    return [json.loads(line) for line in (audit / "candidates.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _stages(audit: Path, record: Dict[str, Any]) -> Dict[str, float]:
+    path = audit / str(record.get("run_dir") or "") / "result.json"
+    try:
+        return dict(json.loads(path.read_text()).get("stages") or {})
+    except (OSError, ValueError):
+        return {}
+
+
+def _median(xs: List[float]) -> Optional[float]:
+    return statistics.median(xs) if xs else None
+
+
+def _fmt(x: Optional[float], digits: int = 1) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def table(audit: Path, kinds: Dict[int, str]) -> str:
+    plan = json.loads((audit / "audit.json").read_text())
+    records = _records(audit)
+    by_kind: Dict[str, List[Dict[str, Any]]] = {}
+    for r in records:
+        by_kind.setdefault(kinds.get(int(r["sample"]), f"sample {r['sample']}"), []).append(r)
+    lines = ["| kind | candidates | final verdicts | seconds a first attempt, median (10th-90th) "
+             "| worker seconds, every attempt | start, preflight, measurement (median s) |",
+             "|---|---:|---|---|---:|---|"]
+    for kind, rs in by_kind.items():
+        finals = [r for r in rs if r["final"]]
+        verdicts: Dict[str, int] = {}
+        for r in finals:
+            verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
+        first = sorted(float(r["seconds"]) for r in rs if r["attempt"] == 1)
+        spread = (f"{_fmt(_median(first))} ({_fmt(first[len(first) // 10])}-{_fmt(first[(9 * len(first)) // 10])})"
+                  if first else "-")
+        st = [_stages(audit, r) for r in rs if r["attempt"] == 1]
+        parts = ", ".join(_fmt(_median([s[k] for s in st if k in s])) for k in ("start", "preflight", "measure"))
+        lines.append(f"| {kind} | {len(finals)} | {', '.join(f'{n} {v}' for v, n in sorted(verdicts.items()))} "
+                     f"| {spread} | {sum(float(r['seconds']) for r in rs):.0f} | {parts} |")
+    n = len({r["candidate"] for r in records if r["final"]})
+    worker = sum(float(r["seconds"]) for r in records)
+    wall = float(plan.get("wall_seconds") or 0)
+    lines += ["", f"{n} candidates with a final verdict, {len(records)} attempts, {plan.get('slots')} workers at a "
+              f"time; wall {wall:.0f} s ({wall / max(n, 1):.2f} s a candidate), worker seconds {worker:.0f} "
+              f"({worker / max(n, 1):.2f} s a candidate: the wall of one worker at a time)."]
+    return "\n".join(lines)
+
+
+def write_tsv(audit: Path, out: Path) -> None:
+    rows = ["\t".join(("candidate", "attempt", "preset", "verdict", "seconds") + STAGES)]
+    for r in _records(audit):
+        s = _stages(audit, r)
+        rows.append("\t".join([r["candidate"], str(r["attempt"]), r["preset"], str(r["verdict"]), f"{r['seconds']:.3f}"]
+                              + [_fmt(s.get(k), 3) if k in s else "" for k in STAGES]))
+    out.write_text("\n".join(rows) + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("audit", type=Path)
+    ap.add_argument("--kinds", default="", help="sample=name pairs, comma-separated")
+    ap.add_argument("--tsv", type=Path, help="also write each attempt's stages here")
+    a = ap.parse_args()
+    kinds = {int(k): v for k, v in (p.split("=", 1) for p in a.kinds.split(",") if p)}
+    print(table(a.audit, kinds))
+    if a.tsv:
+        write_tsv(a.audit, a.tsv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""benchmarks/audit_cost.py: an audit's cost by kind of candidate, from the audit folder alone."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _audit(tmp_path: Path) -> Path:
+    audit = tmp_path / "a"
+    audit.mkdir()
+    (audit / "audit.json").write_text(json.dumps({"wall_seconds": 30.0, "slots": 2}))
+    records = [  # (candidate, sample, attempt, final, preset, verdict, seconds, stages)
+        ("p1_s0", 0, 1, False, "quick", "inconclusive", 10.0, {"start": 1.0, "preflight": 2.0, "measure": 6.0}),
+        ("p1_s0", 0, 2, True, "default", "supported", 20.0, {"start": 1.0, "preflight": 2.0, "measure": 16.0}),
+        ("p2_s0", 0, 1, True, "quick", "supported", 12.0, {"start": 3.0, "preflight": 4.0, "measure": 4.0}),
+        ("p1_s2", 2, 1, True, "quick", "invalid", 2.0, {"start": 0.5, "preflight": 1.0}),
+    ]
+    lines = []
+    for name, sample, attempt, final, preset, verdict, seconds, stages in records:
+        run = f"{name}-{attempt}"
+        (audit / run).mkdir()
+        (audit / run / "result.json").write_text(json.dumps({"stages": stages}))
+        lines.append(json.dumps({"candidate": name, "sample": sample, "attempt": attempt, "final": final,
+                                 "preset": preset, "verdict": verdict, "seconds": seconds, "run_dir": run}))
+    (audit / "candidates.jsonl").write_text("\n".join(lines) + "\n")
+    return audit
+
+
+def test_the_table_counts_final_verdicts_first_attempts_and_every_attempts_seconds(tmp_path):
+    audit = _audit(tmp_path)
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "audit_cost.py"), str(audit),
+                          "--kinds", "0=identity,2=wrong", "--tsv", str(tmp_path / "s.tsv")],
+                         capture_output=True, text=True, check=True).stdout
+    rows = {line.split(" | ")[0].strip("| "): line for line in out.splitlines() if line.startswith("| ")}
+    # identity: two final verdicts; first attempts 10 and 12 s (median 11); 42 worker seconds over three attempts
+    assert rows["identity"] == "| identity | 2 | 2 supported | 11.0 (10.0-12.0) | 42 | 2.0, 3.0, 5.0 |"
+    assert rows["wrong"] == "| wrong | 1 | 1 invalid | 2.0 (2.0-2.0) | 2 | 0.5, 1.0, - |"
+    assert "3 candidates with a final verdict, 4 attempts, 2 workers at a time; wall 30 s (10.00 s a candidate)" in out
+    tsv = (tmp_path / "s.tsv").read_text().splitlines()
+    assert len(tsv) == 5 and tsv[2].split("\t")[:5] == ["p1_s0", "2", "default", "supported", "20.000"]
