@@ -79,6 +79,11 @@ def test_diagnose_names_signal_timeout_and_cuda_error():
                     'Current thread 0x00007f01 (most recent call first):\n  File "/home/u/kern.py", line 40 in spin\n')
     text = diagnose(-signal.SIGKILL, timed_out=True, timeout=5, tail=helper_first)
     assert text.endswith("it was in kern.py:40 in spin")  # the thread in the user's code, not the harness's
+    hooked = ('Current thread 0x00007f01 (most recent call first):\n'
+              f'  File "{Path(diagnose.__code__.co_filename).parents[1]}/defences/fallback.py", line 46 in local\n'
+              '  File "/home/u/kern.py", line 40 in spin\n')
+    text = diagnose(-signal.SIGKILL, timed_out=True, timeout=5, tail=hooked)
+    assert text.endswith("it was in kern.py:40 in spin")  # expkit's trace hook around the line is not news
     cuda = "Traceback (most recent call last):\n  ...\ntorch.AcceleratorError: CUDA error: an illegal memory access " \
            "was encountered\nCUDA kernel errors might be asynchronously reported\n"
     text = diagnose(-signal.SIGABRT, timed_out=False, timeout=60, tail=cuda)

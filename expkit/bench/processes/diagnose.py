@@ -66,7 +66,8 @@ def _is_library(path: str) -> bool:
 
 def _last_frame(tail: str) -> Optional[str]:
     """Where a faulthandler dump says the worker was: its innermost frame, and where
-    that is library code (ctypes, torch), the innermost frame of the user's own code.
+    that is library code (ctypes, torch), the innermost frame of the user's own code;
+    where it is expkit's own (a trace hook the defences set), the user's frame alone.
 
     Of the dump's threads, the first with a frame of the user's code is taken, else the
     first whose innermost frame is not in ``threading.py``: threads parked there (a
@@ -86,6 +87,8 @@ def _last_frame(tail: str) -> Optional[str]:
         if _is_library(path) and user is not None:
             text = f"{func} ({Path(path).parent.name}/{Path(path).name}:{lineno}), called from " \
                    f"{Path(user[0]).name}:{user[1]} in {user[2]}"
+            if path.replace("\\", "/").startswith(_PACKAGE_DIR):  # expkit's own hook (a tracer) around the user's line
+                text = f"{Path(user[0]).name}:{user[1]} in {user[2]}"
         found.append((user is not None, text))
     return next((text for mine, text in found if mine), found[0][1] if found else None)
 
