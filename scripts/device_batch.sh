@@ -16,7 +16,8 @@
 # over device calls); KB_ALSO, a comma list of problems audited beside that range.
 # KB_RESUME=DIR: finish the audit folder DIR (carry it; a kb-audit folder an earlier call returned) with
 # `expkit audit --resume` on AUDIT_GPUS instead of starting one: the run and KernelBench's problems are
-# made again at the same absolute paths under /tmp/kb, so its manifests' relative paths still hold.
+# made again at the same absolute paths under /tmp/kb, so its manifests' relative paths still hold
+# (leave out its .cache/, the candidates' compile caches, to fit the carry limit: they compile again).
 # kb-ab: what a change costs a `quick` identity verdict on KernelBench level 1 at original sizes:
 # the problems KB_AB (default 1,40,19) from the tree in .ab-before/ (an older snapshot's expkit/,
 # conf/ and pyproject.toml; carry it) and from this one, alternating, AB_ROUNDS (default 3) rounds
