@@ -191,7 +191,7 @@ class Judge:
                 return None
         except Exception:  # no float64 reference here: the declared oracle's word stands
             return None
-        r = oracles.check_outputs(Oracle(), self.expected, actual, case=case, inputs=self.pristine, reference64=ref)
+        r = self._rounding_rule(actual, case)
         if not r.ok:
             return replace(failed, message=f"{failed.message}; nor does the candidate pass the rounding rule "
                            f"there: {r.message}")
@@ -200,6 +200,12 @@ class Judge:
             f"baseline's own output is farther than that from its float64 reference there, so this tolerance "
             f"cannot judge these inputs: the rounding rule judges the probe instead and passes the candidate: "
             f"{r.message}"))
+
+    def _rounding_rule(self, actual: Tuple[Any, ...], case: str) -> Finding:
+        """The rounding rule (the default oracle) on this trial's outputs, against the
+        trial's float64 reference: what judges where a declared oracle cannot."""
+        return oracles.check_outputs(Oracle(), self.expected, actual, case=case, inputs=self.pristine,
+                                     reference64=self._reference64(self.pristine))
 
     def _oracles(self, case: str) -> List[Tuple[int, Any]]:
         """The per-call oracles for ``case``: the declared ones, and the rounding rule where
@@ -217,12 +223,11 @@ class Judge:
         with the rounding rule's word added."""
         if not cal.invalidates or spec.kind == "rounding":
             return cal
-        rule = Oracle()
-        ref = self._reference64(self.pristine)
-        r = oracles.check_outputs(rule, self.expected, actual, case=case, inputs=self.pristine, reference64=ref)
+        r = self._rounding_rule(actual, case)
         if not r.ok:
             return replace(cal, message=f"{cal.message}; nor does the candidate pass the rounding rule: {r.message}")
-        if any(c.invalidates for c in _calibrate(rule, self.expected, self.pristine, case, None, ref)):
+        if any(c.invalidates for c in _calibrate(Oracle(), self.expected, self.pristine, case, None,
+                                                 self._reference64(self.pristine))):
             return cal
         self.rounding_for.add(case)
         return replace(cal, severity=WARNING, message=f"{cal.message}; the rounding rule judges this case instead "
