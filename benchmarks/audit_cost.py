@@ -87,7 +87,12 @@ def main() -> None:
     ap.add_argument("--kinds", default="", help="sample=name pairs, comma-separated")
     ap.add_argument("--tsv", type=Path, help="also write each attempt's stages here")
     a = ap.parse_args()
-    kinds = {int(k): v for k, v in (p.split("=", 1) for p in a.kinds.split(",") if p)}
+    if not (a.audit / "audit.json").is_file() or not (a.audit / "candidates.jsonl").is_file():
+        ap.error(f"{a.audit}: not an audit folder (no audit.json and candidates.jsonl; expkit audit writes them)")
+    try:
+        kinds = {int(k): v for k, v in (p.split("=", 1) for p in a.kinds.split(",") if p)}
+    except ValueError:
+        ap.error(f"--kinds {a.kinds!r}: give sample=name pairs, comma-separated (0=identity,1=torch.compile)")
     print(table(a.audit, kinds))
     if a.tsv:
         write_tsv(a.audit, a.tsv)

@@ -41,3 +41,11 @@ def test_the_table_counts_final_verdicts_first_attempts_and_every_attempts_secon
     assert "3 candidates with a final verdict, 4 attempts, 2 workers at a time; wall 30 s (10.00 s a candidate)" in out
     tsv = (tmp_path / "s.tsv").read_text().splitlines()
     assert len(tsv) == 5 and tsv[2].split("\t")[:5] == ["p1_s0", "2", "default", "supported", "20.000"]
+
+
+def test_a_folder_that_is_no_audit_and_a_bad_kinds_list_are_one_line_each(tmp_path):
+    script = str(ROOT / "benchmarks" / "audit_cost.py")
+    for args, says in (([str(tmp_path)], "not an audit folder"),
+                       ([str(_audit(tmp_path)), "--kinds", "identity"], "--kinds 'identity': give sample=name pairs")):
+        proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True)
+        assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
