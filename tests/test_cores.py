@@ -164,6 +164,27 @@ batch = pytest.mark.skipif(not _batch_allowed(), reason="SCHED_BATCH not availab
 
 
 @batch
+def test_a_relay_makes_the_threads_a_worker_started_before_it_batch_threads_too():
+    """A pool the side started in the preflight, before the relay, hands over like one it
+    starts later (which inherits the policy): every thread of the worker is a batch thread."""
+    import subprocess
+    import sys
+
+    code = ("import sys, threading, time; t = threading.Thread(target=time.sleep, args=(60,), daemon=True); "
+            "t.start(); print(t.native_id, flush=True); time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        pool_thread = int(child.stdout.readline())
+        for tid in (child.pid, pool_thread):
+            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+        assert cores.relay_quietly([child.pid]) == os.SCHED_BATCH
+        assert [os.sched_getscheduler(t) for t in (child.pid, pool_thread)] == [os.SCHED_BATCH] * 2
+    finally:
+        child.kill()
+        child.wait()
+
+
+@batch
 def test_a_relay_on_shared_cores_makes_the_workers_request_threads_batch_threads_or_none():
     """A woken batch thread does not preempt the parent that woke it (``relay_quietly``);
     where one worker cannot be set, none is left changed."""

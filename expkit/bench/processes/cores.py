@@ -99,10 +99,20 @@ class Relay:
         self._wide = None
 
 
+def _threads(pid: int) -> List[int]:
+    """The threads of process ``pid``, its main thread first (only that one where the
+    platform does not list them)."""
+    try:
+        others = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
+    except OSError:
+        others = []
+    return [pid, *others]
+
+
 def relay_quietly(pids: Sequence[int]) -> Optional[int]:
-    """Put each worker's main thread (the one that answers requests and times the calls) on
-    ``SCHED_BATCH`` for a relay on shared cores; return that policy, or ``None`` where it
-    could not be set for every worker (then none is changed).
+    """Put every thread of each worker on ``SCHED_BATCH`` for a relay on shared cores; return
+    that policy, or ``None`` where it could not be set for every worker's main thread (the one
+    that answers requests and times the calls; then nothing is changed).
 
     A batch thread woken by a request does not preempt the thread that woke it, so the
     parent ends its write and waits for the reply before the worker runs its block. Under
@@ -112,22 +122,31 @@ def relay_quietly(pids: Sequence[int]) -> Optional[int]:
     timed calls, those blocks a few per cent slower on average); as batch threads 0-6%
     (evidence/README.md; on a 16-core H200 host 27-57%
     against 1-5%). A running batch thread is scheduled as any
-    other: the calls get the same core as before."""
+    other: the calls get the same core as before.
+
+    Every thread, not the main one alone: a thread inherits its creator's policy, so a
+    side's pool started after this call runs as a batch thread and one started before it
+    (in the preflight of a run's first process) would not, and the side's calls would hand
+    over to it differently in the first process than in the later ones. A thread that ends
+    meanwhile is passed over."""
     policy = getattr(os, "SCHED_BATCH", None)
     if policy is None:
         return None
     done: List[Tuple[int, int]] = []
     for pid in pids:
-        try:
-            before = os.sched_getscheduler(pid)
-            if before != policy:
-                os.sched_setscheduler(pid, policy, os.sched_param(0))
-                done.append((pid, before))
-        except OSError:
-            for p, was in done:
-                try:
-                    os.sched_setscheduler(p, was, os.sched_param(0))
-                except OSError:
-                    pass
-            return None
+        for tid in _threads(pid):
+            try:
+                before = os.sched_getscheduler(tid)
+                if before != policy:
+                    os.sched_setscheduler(tid, policy, os.sched_param(0))
+                    done.append((tid, before))
+            except OSError:
+                if tid != pid:
+                    continue
+                for t, was in done:
+                    try:
+                        os.sched_setscheduler(t, was, os.sched_param(0))
+                    except OSError:
+                        pass
+                return None
     return policy
