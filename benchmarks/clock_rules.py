@@ -13,7 +13,13 @@ floor").
 The quartile rules are compared on their own; the line above each table counts what main's
 whole check (the quartiles, then the medians) makes of the same runs.
 
-    python benchmarks/clock_rules.py ROWS.jsonl [ROWS.jsonl ...]
+``--per-call`` prints instead, per manifest over every file given, the allowance a call
+(``outside_clock.CALL_ABS_S``) at which its runs meet the margin: for an honest manifest the
+largest any of its runs needs to stay within it, for a cheat the smallest that lets one of
+its runs through; for the quartiles' check and the medians' (for the latter, only the runs where the medians are further apart than the baseline's gaps
+spread: in the others no allowance makes that check fire, and they are counted apart).
+
+    python benchmarks/clock_rules.py [--per-call] ROWS.jsonl [ROWS.jsonl ...]
 """
 
 from __future__ import annotations
@@ -54,7 +60,8 @@ def ratio(rows: Sequence[Row], floor: str, own_account: bool) -> Optional[float]
     gc = [r[1] - r[2] - r[3] * f for r in cand]
     excess = oc._quantile(gc, oc.QUANTILE) - oc._quantile(gb, oc.QUANTILE)
     allowed = (max(oc.CLOCK_ABS_S, oc.CLOCK_REL * statistics.median(r[2] for r in cand))
-               + oc.HARNESS_REL * statistics.median(r[3] * f for r in cand))
+               + oc.HARNESS_REL * statistics.median(r[3] * f for r in cand)
+               + oc.CALL_ABS_S * statistics.median(r[3] for r in cand))
     return excess / allowed
 
 
@@ -78,10 +85,56 @@ def summary(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return out
 
 
+def per_call_needed(rows: Sequence[Row]) -> Optional[Dict[str, float]]:
+    """The allowance a call at which main's margin meets the excess of one run, for the
+    quartiles' check and the medians' (seconds a call; below 0: the other terms suffice;
+    ``-inf`` for the medians where the baseline's spread already exceeds their distance, which
+    no allowance changes)."""
+    f = oc.clock_figures([oc.RequestClock(*r) for r in rows])
+    if "excess_s" not in f:
+        return None
+    calls = f["candidate_median_calls"]
+    rest = f["allowed_s"] - oc.CALL_ABS_S * calls
+    median = ((f["median_excess_s"] - rest) / calls if f["median_excess_s"] > f["baseline_spread_s"]
+              else float("-inf"))
+    return {"quartile": (f["excess_s"] - rest) / calls, "median": median}
+
+
+def per_call_table(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Per manifest: its runs and the allowance a call each check needs (honest: the
+    largest over its runs) or lets it through at (cheat: the smallest)."""
+    by: Dict[str, List[Dict[str, float]]] = {}
+    for run in runs:
+        got = per_call_needed(run["requests"])
+        if got is not None:
+            by.setdefault(_name(run), []).append(got)
+    out = []
+    for name, got in sorted(by.items()):
+        cheat = name in CHEATS
+        pick = min if cheat else max
+        medians = [g["median"] for g in got if g["median"] != float("-inf")]
+        out.append({"name": name, "kind": "cheat" if cheat else "honest", "runs": len(got),
+                    "quartile": pick(g["quartile"] for g in got), "median": pick(medians, default=None),
+                    "median_unreachable": len(got) - len(medians)})
+    return out
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", type=Path)
+    ap.add_argument("--per-call", action="store_true", help="the allowance a call each manifest needs")
     args = ap.parse_args(argv)
+    if args.per_call:
+        runs = [json.loads(line) for path in args.files for line in path.read_text().splitlines() if line.strip()]
+        print(f"{len(runs)} runs; CALL_ABS_S in main: {oc.CALL_ABS_S * 1e6:g} us")
+        print("| manifest | kind | runs | us a call, quartiles' check | us a call, medians' check | runs the medians' "
+              "check cannot reach |")
+        print("|---|---|---:|---:|---:|---:|")
+        for r in per_call_table(runs):
+            med = "-" if r["median"] is None else f"{r['median'] * 1e6:.1f}"
+            print(f"| {r['name']} | {r['kind']} | {r['runs']} | {r['quartile'] * 1e6:.1f} | {med} | "
+                  f"{r['median_unreachable']} |")
+        return 0
     for path in args.files:
         every = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         for busy in sorted({r.get("busy", 0) for r in every}):

@@ -7,9 +7,10 @@ baseline's gap, the margin allowed, their ratio (above 1 is ``invalid``), and th
 excess as a share of the candidate's calibrated harness seconds. Then, per manifest, the
 largest and smallest ratio.
 
-    python benchmarks/outside_clock_load.py [--busy 1] [--rounds 3] [--rows FILE] [NAME ...]
+    python benchmarks/outside_clock_load.py [--busy 1] [--rounds 3] [--rows FILE] [--set KEY=VALUE ...] [NAME ...]
 
-``--rows FILE`` appends each run's block requests as the parent's clock saw them (one JSON
+``--set KEY=VALUE`` adds an override to every run (``--set measure.processes=3``: a replicated run,
+whose later processes have no preflight). ``--rows FILE`` appends each run's block requests as the parent's clock saw them (one JSON
 line a run, seconds to the microsecond), so that other rules can be read on the same requests
 (``benchmarks/clock_rules.py``).
 
@@ -26,7 +27,7 @@ import multiprocessing
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 ADV = ROOT / "tests" / "adversarial" / "cpu"
@@ -54,7 +55,7 @@ def _manifest(name: str, scratch: Path) -> Path:
     return Path(name) if "/" in name else ADV / f"{name}.yaml"
 
 
-def one(path: Path, out: Path) -> Dict[str, Any]:
+def one(path: Path, out: Path, extra: Sequence[str] = ()) -> Dict[str, Any]:
     """One run: its verdict, the clock's figures for its case and its requests."""
     from unittest import mock
 
@@ -69,7 +70,7 @@ def one(path: Path, out: Path) -> Dict[str, Any]:
         return real(rows)
 
     with mock.patch.object(outside_clock, "clock_figures", spy):
-        got = run_manifest(path, FAST, out_dir=out)
+        got = run_manifest(path, FAST + list(extra), out_dir=out)
     figures: Optional[Dict[str, Any]] = None
     for per_case in (got.result.get("defences", {}) or {}).get("outside_clock", {}).values():
         figures = per_case
@@ -85,6 +86,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--busy", type=int, default=1, help="processes spinning beside the runs")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--rows", type=Path, help="append each run's requests here (JSON lines)")
+    ap.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
+                    help="an override added to every run (repeatable)")
     args = ap.parse_args(argv)
     names = args.names or HONEST + ["1_leaky_relu_where"] + CHEATS
     scratch = Path(tempfile.mkdtemp(prefix="expkit-clock-load-"))
@@ -95,7 +98,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         for r in range(args.rounds):
             for name in names:
-                got = one(_manifest(name, scratch), scratch / f"{name}-{r}")
+                got = one(_manifest(name, scratch), scratch / f"{name}-{r}", args.extra)
                 c = got["clock"]
                 ratio = share = None
                 if "excess_s" in c:
@@ -103,7 +106,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     share = c["excess_s"] / c["candidate_median_harness_s"] if c["candidate_median_harness_s"] else None
                 if args.rows:
                     with args.rows.open("a") as fh:
-                        fh.write(json.dumps({"name": name, "round": r, "busy": args.busy, "verdict": got["verdict"],
+                        fh.write(json.dumps({"name": name, "round": r, "busy": args.busy, "set": args.extra,
+                                             "verdict": got["verdict"],
                                              "requests": got["requests"]}) + "\n")
                 rows.append({"name": name, "round": r, "verdict": got["verdict"], "ratio": ratio, "share": share, **c})
                 print(f"{name:24} {r} {got['verdict']:12} "
