@@ -7,8 +7,14 @@ measurement). A kind is a sample number, named with ``--kinds`` (for the run
 ``kernelbench_generation_run.py`` writes: ``0=identity,1=torch.compile,2=wrong``).
 
     python benchmarks/audit_cost.py AUDIT --kinds 0=identity,1=torch.compile,2=wrong [--tsv stages.tsv]
+    python benchmarks/audit_cost.py AUDIT --retries
 
 ``--tsv`` also writes one row per attempt: candidate, attempt, preset, verdict, seconds, stages.
+
+``--retries`` prints instead, for every ``inconclusive`` attempt, what the audit's budget takes a
+retry at the next preset to cost (``expkit.suites.retries.Retries.predict``, under the overrides
+``audit.json`` names) against the attempt's seconds times the presets' ratio (the estimate
+before it), and what the retry took where it ran.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ import json
 import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional
+
+from expkit.suites.retries import Retries, next_preset
 
 STAGES = ("load", "start", "plan", "preflight", "measure", "judge")
 
@@ -81,11 +89,38 @@ def write_tsv(audit: Path, out: Path) -> None:
     out.write_text("\n".join(rows) + "\n")
 
 
+def retries_table(audit: Path) -> str:
+    """Each inconclusive attempt: its seconds, the budget's estimate of a retry, the
+    presets' ratio times its seconds, and the retry's own seconds where it ran."""
+    overrides = json.loads((audit / "audit.json").read_text()).get("overrides") or []
+    retry = Retries(overrides, 1, None)
+    records = _records(audit)
+    after = {(r["candidate"], r["attempt"]): r for r in records}
+    lines = ["| candidate | attempt | seconds | estimate of a retry | seconds x presets' ratio | the retry's seconds |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in records:
+        nxt = next_preset(r["preset"])
+        if r["verdict"] != "inconclusive" or nxt is None:
+            continue
+        try:
+            result = json.loads((audit / str(r.get("run_dir") or "") / "result.json").read_text())
+        except (OSError, ValueError):
+            result = None
+        ratio = max(1.0, retry._cap(nxt) / retry._cap(r["preset"]))
+        then = after.get((r["candidate"], r["attempt"] + 1))
+        lines.append(f"| {r['candidate']} | {r['attempt']} | {r['seconds']:.1f} | "
+                     f"{retry.predict(result, r['seconds'], r['preset'], nxt):.1f} | {r['seconds'] * ratio:.1f} | "
+                     f"{_fmt(then['seconds']) if then else '-'} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("audit", type=Path)
     ap.add_argument("--kinds", default="", help="sample=name pairs, comma-separated")
     ap.add_argument("--tsv", type=Path, help="also write each attempt's stages here")
+    ap.add_argument("--retries", action="store_true",
+                    help="print the budget's estimate of each inconclusive attempt's retry instead")
     a = ap.parse_args()
     if not (a.audit / "audit.json").is_file() or not (a.audit / "candidates.jsonl").is_file():
         ap.error(f"{a.audit}: not an audit folder (no audit.json and candidates.jsonl; expkit audit writes them)")
@@ -93,6 +128,9 @@ def main() -> None:
         kinds = {int(k): v for k, v in (p.split("=", 1) for p in a.kinds.split(",") if p)}
     except ValueError:
         ap.error(f"--kinds {a.kinds!r}: give sample=name pairs, comma-separated (0=identity,1=torch.compile)")
+    if a.retries:
+        print(retries_table(a.audit))
+        return
     print(table(a.audit, kinds))
     if a.tsv:
         write_tsv(a.audit, a.tsv)

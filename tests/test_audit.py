@@ -21,13 +21,15 @@ from expkit.core.errors import ExpkitError
 from expkit.manifest.settings import LauncherSettings
 from expkit.report import audit_report as rep
 from expkit.report import store
-from expkit.suites import audit
+from expkit.suites import audit, retries
 from expkit.suites.launchers import LocalLauncher
 from expkit.suites.manifest_process import DONE, Outcome
 from golden import check
 
 DATA = Path(__file__).parent.parent / "examples" / "generation-run"
 RUN = DATA / "runs" / "tiny"
+#: A stored result whose case has every key a result.json case holds.
+RESULTS = Path(__file__).parent / "data" / "results" / "priced-gemv" / "result.json"
 FAST = ["measure.min_seconds=0.05", "measure.max_seconds=0.3", "measure.warmup_seconds=0.01", "oracle.trials=2"]
 EXPECTED = {  # candidate -> (correct, category)
     "level_1_problem_1_sample_0": (True, None),
@@ -226,6 +228,43 @@ def test_retries_stop_at_the_count_the_budget_or_the_last_preset(tmp_path, kwarg
     recs = rep.all_records(out.session_dir)
     assert len(recs) == attempts and recs[-1]["final"] and not any(r["final"] for r in recs[:-1])
     assert out.records[0]["verdict"] == "inconclusive"
+
+
+def _measured(verdict, rounds, measure=6.0):
+    """A result whose case's processes measured ``rounds`` each, its measurement ``measure`` seconds."""
+    result = _fake_result(verdict)
+    case = next(iter(json.loads(RESULTS.read_text())["measured"]["cases"].values()))
+    per = [{"speedup": 1.0, "ci_low": 0.99, "ci_high": 1.01, "rounds": r} for r in rounds]
+    result["measured"]["cases"] = {"c": {**case, "per_process": per, "processes": len(per)}}
+    result["stages"] = {"measure": measure}
+    return result
+
+
+def test_a_retry_is_predicted_from_the_rounds_the_next_preset_asks_of_a_process():
+    """10 s, 6 of them measuring 6 rounds a process: default asks 10, so the measurement
+    takes about 10 s and the attempt 14; the budget holds twice that. Capped by the whole
+    attempt times the presets' ratio (3 s to 30 s: 100 s), which a process of one round
+    would have passed."""
+    retry = retries.Retries([], 1, None)
+    assert retry.predict(_measured("inconclusive", [6, 6, 7]), 10.0, "quick", "default") == pytest.approx(
+        retries.RETRY_MARGIN * (4.0 + 6.0 * 10 / 6))
+    assert retry.predict(_measured("inconclusive", [1, 6]), 10.0, "quick", "default") == pytest.approx(100.0)
+    assert retry.predict(_fake_result("inconclusive"), 10.0, "quick", "default") == pytest.approx(100.0)
+
+
+def test_a_retry_that_fits_by_its_rounds_runs_within_a_budget_its_whole_attempt_did_not_fit(tmp_path):
+    seen = []
+
+    def supervise(job, start, cancel=None):
+        preset = next(o.split("=", 1)[1] for o in job.overrides if o.startswith("measure="))
+        seen.append(preset)
+        verdict = {"quick": "inconclusive", "default": "supported"}[preset]
+        store.write_json(Path(job.run_dir) / store.RESULT, _measured(verdict, [6, 6, 6]))
+        return Outcome(job.run_dir, DONE, verdict, 0, seconds=10.0)
+
+    out = audit.run_audit([str(_one_candidate(tmp_path))], out=tmp_path / "a", device="cpu", budget=50.0,
+                          launcher=LocalLauncher(LauncherSettings(), gpus=[], supervisor=supervise))
+    assert seen == ["quick", "default"] and out.records[0]["verdict"] == "supported"
 
 
 def test_an_unreadable_result_is_that_candidates_record_not_the_audits_end(tmp_path):

@@ -49,3 +49,19 @@ def test_a_folder_that_is_no_audit_and_a_bad_kinds_list_are_one_line_each(tmp_pa
                        ([str(_audit(tmp_path)), "--kinds", "identity"], "--kinds 'identity': give sample=name pairs")):
         proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True)
         assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_the_retries_table_sets_the_budgets_estimate_beside_what_each_retry_took(tmp_path):
+    """p1_s0's first pass: 10 s, 6 of them measuring, its processes 6 rounds each; default asks
+    10 rounds, so the estimate is twice 4 + 6 x 10/6 = 28 s, against 100 s (ten times the
+    seconds: quick's 3 s cap to default's 30) before; the retry took 20 s."""
+    audit = _audit(tmp_path)
+    run = audit / "p1_s0-1" / "result.json"
+    result = json.loads(run.read_text())
+    result["measured"] = {"cases": {"c": {"per_process": [{"rounds": 6}, {"rounds": 6}, {"rounds": 7}]}}}
+    run.write_text(json.dumps(result))
+    (audit / "audit.json").write_text(json.dumps({"wall_seconds": 30.0, "slots": 2, "overrides": []}))
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "audit_cost.py"), str(audit), "--retries"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| p")]
+    assert rows == ["| p1_s0 | 1 | 10.0 | 28.0 | 100.0 | 20.0 |"]

@@ -21,11 +21,10 @@ figures against the measurements.
 
 **Inconclusive verdicts** are re-measured within the audit: a candidate whose
 verdict is ``inconclusive`` with a measured speedup runs again at the next preset of
-:data:`LADDER` (at most ``retries`` times), while the retries' worker seconds stay
-within ``budget`` (a retry starts only if its predicted cost -- its last attempt's
-seconds times the ratio of the two presets' ``measure.max_seconds`` -- fits what is
-left). A retry keeps the audit's overrides except ``measure=``, so ``measure.*`` keys
-given on the command line still apply.
+:data:`~.retries.LADDER` (at most ``retries`` times), while the retries' worker seconds
+stay within ``budget`` (:mod:`.retries` says how a retry's cost is taken). A retry keeps the
+audit's overrides except ``measure=``, so ``measure.*`` keys given on the command line still
+apply.
 
 **What is kept between attempts.** The workers fork from one server that imported
 torch and expkit once for the whole audit. Each candidate gets its own compile caches
@@ -50,6 +49,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from ..core.errors import ExpkitError
 from ..report import audit_report as rep
 from .manifest_process import DONE, Job, Outcome
+from .retries import LADDER, Retries, next_preset, with_preset
 from ..report import session as ses
 from ..manifest.settings import load_settings
 from ..manifest.spec import load
@@ -60,8 +60,6 @@ from .launchers import make_launcher, visible_gpus
 from .suite import expand, resume_overrides, sigterm_as_interrupt
 
 KERNEL_FILE = re.compile(r"^level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py$")
-#: Presets from the cheapest; an inconclusive candidate moves one step up per retry.
-LADDER = ("quick", "default", "rigorous")
 CACHE_VARS = (("TORCH_EXTENSIONS_DIR", "torch_extensions"), ("TRITON_CACHE_DIR", "triton"),
               ("TORCHINDUCTOR_CACHE_DIR", "inductor"))
 INTERRUPTED_EXIT = 130
@@ -192,49 +190,6 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _with_preset(overrides: Sequence[str], preset: str) -> Tuple[str, ...]:
-    return (f"measure={preset}",) + tuple(o for o in overrides if not o.lstrip("+~").startswith("measure="))
-
-
-def _next(preset: str) -> Optional[str]:
-    return LADDER[LADDER.index(preset) + 1] if preset in LADDER and preset != LADDER[-1] else None
-
-
-class _Retries:
-    """Which inconclusive attempts run again: at most ``retries`` each, predicted cost within ``budget``."""
-
-    def __init__(self, overrides: Sequence[str], retries: int, budget: Optional[float]) -> None:
-        self.overrides, self.retries, self.budget = tuple(overrides), int(retries), budget
-        self.spent = 0.0
-        self.committed: Dict[str, float] = {}
-        self._caps: Dict[str, float] = {}
-
-    def _cap(self, preset: str) -> float:
-        if preset not in self._caps:
-
-            self._caps[preset] = float(load_settings(list(_with_preset(self.overrides, preset))).measure.max_seconds)
-        return self._caps[preset]
-
-    def decide(self, name: str, result: Optional[Dict[str, Any]], attempt: int, preset: str,
-               seconds: float) -> Optional[str]:
-        """The preset to run ``name`` at next, or None: its verdict is final."""
-        if result is None or result.get("verdict") != "inconclusive" or not rep.is_correct(result):
-            return None
-        nxt = _next(preset)
-        if nxt is None or attempt > self.retries:
-            return None
-        predicted = seconds * max(1.0, self._cap(nxt) / max(self._cap(preset), 1e-9))
-        if self.budget is not None and self.spent + sum(self.committed.values()) + predicted > self.budget:
-            return None
-        self.committed[name] = predicted
-        return nxt
-
-    def finished(self, name: str, attempt: int, seconds: float) -> None:
-        if attempt > 1:
-            self.spent += seconds
-            self.committed.pop(name, None)
-
-
 def _cache_env(session_dir: Path, name: str) -> Tuple[Tuple[str, str], ...]:
     base = session_dir / ".cache" / name
     out = []
@@ -326,14 +281,14 @@ def run_audit(paths: Sequence[str] = (), *, problems: Optional[Path] = None, out
 
 def _launch(overrides: Sequence[str], preset: str, session_dir: Path, launcher: Any) -> Tuple[Any, Any]:
 
-    settings = load_settings(list(_with_preset(overrides, preset)))
+    settings = load_settings(list(with_preset(overrides, preset)))
     return settings, (launcher if launcher is not None else make_launcher(settings.launcher, session_dir))
 
 
 def _planned(paths: Sequence[str], *, problems: Optional[Path], out: Optional[Path], root: Path,
              overrides: Sequence[str], preset: str, device: str, precision: str, jobs: Optional[int],
              timeout: Optional[float], retries: int, budget: Optional[float], claims: Optional[Path],
-             allow_baseline_ops: bool, launcher: Any) -> Tuple[Path, Dict[str, Any], List[Candidate], _Retries]:
+             allow_baseline_ops: bool, launcher: Any) -> Tuple[Path, Dict[str, Any], List[Candidate], Retries]:
     """A new audit folder, its manifests and its plan (``audit.json``), checked before anything runs."""
 
     if not paths:
@@ -357,7 +312,7 @@ def _planned(paths: Sequence[str], *, problems: Optional[Path], out: Optional[Pa
     claimed = rep.read_claims(Path(claims)) if claims is not None else None
 
     # Everything a user can get wrong fails here, before any folder is made.
-    settings = load_settings(list(_with_preset(extra, preset)))
+    settings = load_settings(list(with_preset(extra, preset)))
     device = _auto_device(device, _gpus(settings, launcher))
     if out is not None and (Path(out) / rep.AUDIT).is_file():
         raise ExpkitError(f"{out}: already an audit; finish it with --resume {out}, or pick a new --out")
@@ -379,16 +334,16 @@ def _planned(paths: Sequence[str], *, problems: Optional[Path], out: Optional[Pa
         "candidates": [asdict(c) for c in cands], "claims": claimed, "orphans": orphans,
         "problems_without_candidates": missing, "allow_baseline_ops": allow_baseline_ops,
     }
-    return session_dir, plan, cands, _Retries(extra, retries, budget)
+    return session_dir, plan, cands, Retries(extra, retries, budget)
 
 
 def _resumed(session_dir: Path, overrides: Sequence[str]) -> Tuple[Path, Dict[str, Any],
-                                                                   List[Tuple[Candidate, str, int]], _Retries]:
+                                                                   List[Tuple[Candidate, str, int]], Retries]:
     """An audit folder's plan and what is left of it: no record yet, or a retry that was due."""
 
     plan = rep.load_audit(session_dir)
     plan["overrides"] = resume_overrides(plan.get("overrides") or [], overrides)
-    retry = _Retries(plan["overrides"], int(plan.get("retries") or 0), plan.get("budget_seconds"))
+    retry = Retries(plan["overrides"], int(plan.get("retries") or 0), plan.get("budget_seconds"))
     last: Dict[str, Dict[str, Any]] = {}
     for r in rep.all_records(session_dir):
         last[r["candidate"]] = r
@@ -399,8 +354,8 @@ def _resumed(session_dir: Path, overrides: Sequence[str]) -> Tuple[Path, Dict[st
         r = last.get(c.candidate)
         if r is None:
             todo.append((c, plan["preset"], 1))
-        elif not r["final"] and _next(r["preset"]) is not None:
-            todo.append((c, str(_next(r["preset"])), int(r["attempt"]) + 1))
+        elif not r["final"] and next_preset(r["preset"]) is not None:
+            todo.append((c, str(next_preset(r["preset"])), int(r["attempt"]) + 1))
     return session_dir, plan, todo, retry
 
 
@@ -415,7 +370,7 @@ def _run_folder(session_dir: Path, name: str, manifest: str) -> Path:
 
 
 def _run_rounds(todo: List[Tuple[Candidate, str, int]], session_dir: Path, plan: Dict[str, Any], settings: Any,
-                launch: Any, retry: _Retries, say: Log) -> None:
+                launch: Any, retry: Retries, say: Log) -> None:
     """Each round runs its attempts; the inconclusive ones go to the next round, one preset up."""
 
     total = len(plan["candidates"])
@@ -426,7 +381,7 @@ def _run_rounds(todo: List[Tuple[Candidate, str, int]], session_dir: Path, plan:
         for cand, at, attempt in todo:
             name = cand.candidate if attempt == 1 else f"{cand.candidate}-{at}"
             run_dir = _run_folder(session_dir, name, cand.manifest)
-            job = Job(cand.manifest, str(run_dir), _with_preset(plan["overrides"], at), plan["device"],
+            job = Job(cand.manifest, str(run_dir), with_preset(plan["overrides"], at), plan["device"],
                       timeout=float(settings.launcher.timeout_seconds), env=_cache_env(session_dir, cand.candidate))
             jobs.append(job)
             meta[job.run_dir] = (cand, at, attempt)
