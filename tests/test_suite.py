@@ -308,3 +308,39 @@ def test_gpu_workers_see_only_their_gpu(tmp_path):
         w = json.loads((tmp_path / "s" / r.run / "worker.json").read_text())
         env = json.loads((tmp_path / "s" / r.run / "env.json").read_text())
         assert w["gpu"] in gpus and env["gpu"]["visible_devices"] == w["gpu"] and env["gpu"]["index"] == 0
+
+
+class _Running:
+    """A job's process that has not ended: ``wait`` times out."""
+
+    def wait(self, timeout):
+        time.sleep(timeout)
+        return None
+
+
+def test_the_kill_waits_for_every_processs_dump_and_no_longer(tmp_path):
+    """A loaded host can take more than a moment to run a side worker's dump handler: the
+    supervisor waits until each stderr file holds a dump written since it asked, at most its
+    grace, and not the whole grace once they all have."""
+    (tmp_path / manifest_process.STDERR).write_text("started\n")
+    side = tmp_path / manifest_process.WORKERS / "candidate-1"
+    side.mkdir(parents=True)
+    (side / "worker-stderr.txt").write_text("Thread 0x1 (most recent call first): an old dump\n")
+    before = {p: p.stat().st_size for p in manifest_process._stderr_files(tmp_path)}
+
+    def dump_late():
+        time.sleep(0.3)
+        for p in before:
+            with open(p, "a") as f:
+                f.write('Current thread 0x2 (most recent call first):\n  File "k.py", line 3 in forward\n')
+
+    writer = threading.Thread(target=dump_late)
+    t0 = time.monotonic()
+    writer.start()
+    manifest_process.await_dumps(tmp_path, before, _Running(), grace=5.0)
+    waited = time.monotonic() - t0
+    writer.join()
+    assert 0.3 <= waited < 2.0
+    t0 = time.monotonic()  # a file that never gets a dump: the whole grace, then the kill
+    manifest_process.await_dumps(tmp_path, {p: p.stat().st_size for p in before}, _Running(), grace=0.5)
+    assert 0.5 <= time.monotonic() - t0 < 1.5
