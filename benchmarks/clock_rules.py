@@ -59,9 +59,8 @@ def ratio(rows: Sequence[Row], floor: str, own_account: bool) -> Optional[float]
     gb = [r[1] - r[2] - (r[4] if own_account else r[3] * f) for r in base]
     gc = [r[1] - r[2] - r[3] * f for r in cand]
     excess = oc._quantile(gc, oc.QUANTILE) - oc._quantile(gb, oc.QUANTILE)
-    allowed = (max(oc.CLOCK_ABS_S, oc.CLOCK_REL * statistics.median(r[2] for r in cand))
-               + oc.HARNESS_REL * statistics.median(r[3] * f for r in cand)
-               + oc.CALL_ABS_S * statistics.median(r[3] for r in cand))
+    allowed = oc.margin(statistics.median(r[2] for r in cand), statistics.median(r[3] * f for r in cand),
+                        statistics.median(r[3] for r in cand))
     return excess / allowed
 
 

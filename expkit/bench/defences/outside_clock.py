@@ -114,6 +114,12 @@ def _per_call_floor(rows: Sequence[RequestClock]) -> float:
     return _quantile(per_call, QUANTILE) if per_call else 0.0
 
 
+def margin(timed: float, harness: float, calls: float) -> float:
+    """Seconds a request by which the candidate's gap may exceed the baseline's, from its median
+    timed seconds, calibrated harness seconds and calls a request (the module docstring)."""
+    return max(CLOCK_ABS_S, CLOCK_REL * timed) + HARNESS_REL * harness + CALL_ABS_S * calls
+
+
 def clock_figures(rows: Sequence[RequestClock]) -> Dict[str, Any]:
     """The parent's reading of a case's requests (for the evidence and the check)."""
     base = [r for r in rows if r.side == "baseline"]
@@ -129,9 +135,8 @@ def clock_figures(rows: Sequence[RequestClock]) -> Dict[str, Any]:
         out["excess_s"] = out["gap_s"]["candidate"] - out["gap_s"]["baseline"]
         out["candidate_median_harness_s"] = statistics.median(r.calls * floor for r in cand)
         out["candidate_median_calls"] = statistics.median(r.calls for r in cand)
-        out["allowed_s"] = (max(CLOCK_ABS_S, CLOCK_REL * out["candidate_median_timed_s"])
-                            + HARNESS_REL * out["candidate_median_harness_s"]
-                            + CALL_ABS_S * out["candidate_median_calls"])
+        out["allowed_s"] = margin(out["candidate_median_timed_s"], out["candidate_median_harness_s"],
+                                  out["candidate_median_calls"])
         out["median_excess_s"] = _quantile(gaps["candidate"], 0.5) - _quantile(gaps["baseline"], 0.5)
         out["baseline_spread_s"] = _quantile(gaps["baseline"], 0.75) - _quantile(gaps["baseline"], 0.25)
     return out
