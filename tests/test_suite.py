@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from expkit.report import session as ses
-from expkit.suites import manifest_process
+from expkit.suites import manifest_process, stack_dumps
 from expkit.report import store
 from expkit.core.errors import ConfigError, ExpkitError
 from expkit.suites.launchers import LocalLauncher, visible_gpus
@@ -322,11 +322,11 @@ def test_the_kill_waits_for_every_processs_dump_and_no_longer(tmp_path):
     """A loaded host can take more than a moment to run a side worker's dump handler: the
     supervisor waits until each stderr file holds a dump written since it asked, at most its
     grace, and not the whole grace once they all have."""
-    (tmp_path / manifest_process.STDERR).write_text("started\n")
-    side = tmp_path / manifest_process.WORKERS / "candidate-1"
+    (tmp_path / stack_dumps.STDERR).write_text("started\n")
+    side = tmp_path / stack_dumps.WORKERS / "candidate-1"
     side.mkdir(parents=True)
     (side / "worker-stderr.txt").write_text("Thread 0x1 (most recent call first): an old dump\n")
-    before = {p: p.stat().st_size for p in manifest_process._stderr_files(tmp_path)}
+    before = {p: p.stat().st_size for p in stack_dumps.stderr_files(tmp_path)}
 
     def dump_late():
         time.sleep(0.3)
@@ -337,10 +337,10 @@ def test_the_kill_waits_for_every_processs_dump_and_no_longer(tmp_path):
     writer = threading.Thread(target=dump_late)
     t0 = time.monotonic()
     writer.start()
-    manifest_process.await_dumps(tmp_path, before, _Running(), grace=5.0)
+    stack_dumps.await_dumps(tmp_path, before, _Running(), grace=5.0)
     waited = time.monotonic() - t0
     writer.join()
     assert 0.3 <= waited < 2.0
     t0 = time.monotonic()  # a file that never gets a dump: the whole grace, then the kill
-    manifest_process.await_dumps(tmp_path, {p: p.stat().st_size for p in before}, _Running(), grace=0.5)
+    stack_dumps.await_dumps(tmp_path, {p: p.stat().st_size for p in before}, _Running(), grace=0.5)
     assert 0.5 <= time.monotonic() - t0 < 1.5

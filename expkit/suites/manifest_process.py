@@ -60,7 +60,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 from ..bench.processes.diagnose import WORKER_OUTPUT_ENV, diagnose
 from ..bench.processes.lifetime import die_with_parent
@@ -68,16 +68,13 @@ from ..core.errors import ExpkitError
 from ..core.findings import Finding
 from ..manifest.settings import Settings
 from ..verdict.rules import EXIT_CODES
+from .stack_dumps import STDERR, WORKERS, await_dumps, size, stderr_files, stderr_tails
 
 JOB = "job.json"
 WORKER = "worker.json"  # how the worker ended: its run time, exit code, GPU, the supervisor's wall time
 STDOUT = "worker.stdout"
-STDERR = "worker.stderr"
 ERROR = "worker.error"
 RESULT = "result.json"  # store.RESULT, named here so that the supervisor need not import torch
-#: The job's side workers keep their output here until they close (``WORKER_OUTPUT_ENV``): what
-#: stays is a killed job's, its workers' stack dumps among it.
-WORKERS = "workers"
 
 DONE, ERROR_STATUS = "done", "error"
 
@@ -101,8 +98,6 @@ DUMP_SIGNAL = signal.SIGUSR1
 #: The most seconds the supervisor waits for that dump before the kill; it kills as soon as
 #: every stderr file of the job's processes holds a dump written since the signal.
 DUMP_GRACE = 5.0
-#: What each thread's part of a ``faulthandler`` dump says.
-DUMP_MARK = b"most recent call first"
 
 @dataclass(frozen=True)
 class Job:
@@ -356,49 +351,6 @@ class _Proc:
                 pass
 
 
-def _stderr_files(run_dir: Path) -> List[Path]:
-    """This worker's stderr file first, then any the runner kept of its own isolated workers
-    (``*stderr*``), then those its side workers left in ``workers/`` when it was killed before
-    they closed."""
-    run_dir = Path(run_dir)
-    paths = [run_dir / STDERR] + sorted(p for p in run_dir.glob("*stderr*") if p.name != STDERR) \
-        + sorted((run_dir / WORKERS).glob("*/*stderr*"))
-    return [p for p in paths if p.is_file()]
-
-
-def await_dumps(run_dir: Path, before: Dict[Path, int], proc: Any, grace: float) -> None:
-    """Wait until every stderr file of the job's processes holds a stack dump written after
-    ``before`` (each file's size when the dump was asked for), the job's process ends, or
-    ``grace`` seconds pass: a loaded host can take more than a moment to run every handler."""
-    end = time.monotonic() + grace
-    while time.monotonic() < end:
-        if proc.wait(0.05) is not None:
-            return
-        files = _stderr_files(run_dir)
-        if files and all(_dumped(p, before.get(p, 0)) for p in files):
-            return
-
-
-def _dumped(path: Path, start: int) -> bool:
-    try:
-        with open(path, "rb") as f:
-            f.seek(start)
-            return DUMP_MARK in f.read()
-    except OSError:
-        return False
-
-
-def stderr_tails(run_dir: Path, max_bytes: int = 16384) -> List[str]:
-    """The ends of the run folder's stderr files (:func:`_stderr_files`, in its order)."""
-    tails = []
-    for path in _stderr_files(run_dir):
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - max_bytes))
-            tails.append(f.read().decode("utf-8", "replace"))
-    return tails
-
-
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -465,7 +417,7 @@ def supervise(job: Job, start: str = "spawn", *, cancel: Any = None) -> Outcome:
                 raise KeyboardInterrupt(f"suite interrupted while {job.manifest} ran")
             if time.monotonic() >= deadline:
                 timed_out = True
-                before = {p: p.stat().st_size for p in _stderr_files(run_dir)}
+                before = {p: size(p) for p in stderr_files(run_dir)}
                 proc.kill(DUMP_SIGNAL)
                 await_dumps(run_dir, before, proc, DUMP_GRACE)
                 proc.kill()
