@@ -11,10 +11,11 @@ measurement). A kind is a sample number, named with ``--kinds`` (for the run
 
 ``--tsv`` also writes one row per attempt: candidate, attempt, preset, verdict, seconds, stages.
 
-``--retries`` prints instead, for every ``inconclusive`` attempt, what the audit's budget takes a
-retry at the next preset to cost (``expkit.suites.retries.Retries.predict``, under the overrides
-``audit.json`` names) against the attempt's seconds times the presets' ratio (the estimate
-before it), and what the retry took where it ran.
+``--retries`` prints instead, for every ``inconclusive`` attempt, the retry the audit's policy
+picks for it (``expkit.suites.retries.Retries.next_step``: more processes at the same preset, or
+the next preset) and what the budget takes it to cost (``Retries.predict``, under the overrides
+``audit.json`` names), against the attempt's seconds times the presets' ratio (the estimate of a
+retry one preset up before the rounds were read), and the retry that ran and its seconds.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from expkit.suites.retries import Retries, next_preset
+from expkit.suites.retries import Retries, Step, next_preset
 
 STAGES = ("load", "start", "plan", "preflight", "measure", "judge")
 
@@ -90,27 +91,33 @@ def write_tsv(audit: Path, out: Path) -> None:
 
 
 def retries_table(audit: Path) -> str:
-    """Each inconclusive attempt: its seconds, the budget's estimate of a retry, the
-    presets' ratio times its seconds, and the retry's own seconds where it ran."""
+    """Each inconclusive attempt: its seconds, the retry the audit's policy picks for it
+    (``Retries.next_step``) and the budget's estimate of that retry, the presets' ratio times
+    its seconds (the estimate of a retry one preset up before it), and the retry's own
+    seconds and step where it ran."""
     overrides = json.loads((audit / "audit.json").read_text()).get("overrides") or []
     retry = Retries(overrides, 1, None)
     records = _records(audit)
     after = {(r["candidate"], r["attempt"]): r for r in records}
-    lines = ["| candidate | attempt | seconds | estimate of a retry | seconds x presets' ratio | the retry's seconds |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = ["| candidate | attempt | seconds | retry | estimate of it | seconds x presets' ratio | "
+             "the retry that ran | its seconds |",
+             "|---|---:|---:|---|---:|---:|---|---:|"]
     for r in records:
-        nxt = next_preset(r["preset"])
-        if r["verdict"] != "inconclusive" or nxt is None:
+        up = next_preset(r["preset"])
+        if r["verdict"] != "inconclusive":
             continue
         try:
             result = json.loads((audit / str(r.get("run_dir") or "") / "result.json").read_text())
         except (OSError, ValueError):
             result = None
-        ratio = max(1.0, retry._cap(nxt) / retry._cap(r["preset"]))
+        step = Step.of(r)
+        nxt = retry.next_step(result, step)
         then = after.get((r["candidate"], r["attempt"] + 1))
+        ratio = f"{r['seconds'] * max(1.0, retry._cap(up) / retry._cap(r['preset'])):.1f}" if up else "-"
         lines.append(f"| {r['candidate']} | {r['attempt']} | {r['seconds']:.1f} | "
-                     f"{retry.predict(result, r['seconds'], r['preset'], nxt):.1f} | {r['seconds'] * ratio:.1f} | "
-                     f"{_fmt(then['seconds']) if then else '-'} |")
+                     f"{nxt.words if nxt else 'none'} | "
+                     f"{retry.predict(result, r['seconds'], step, nxt) if nxt else float('nan'):.1f} | {ratio} | "
+                     f"{Step.of(then).words if then else '-'} | {_fmt(then['seconds']) if then else '-'} |")
     return "\n".join(lines)
 
 

@@ -24,6 +24,7 @@ from expkit.report import store
 from expkit.suites import audit, retries
 from expkit.suites.launchers import LocalLauncher
 from expkit.suites.manifest_process import DONE, Outcome
+from expkit.verdict import stats
 from golden import check
 
 DATA = Path(__file__).parent.parent / "examples" / "generation-run"
@@ -230,12 +231,15 @@ def test_retries_stop_at_the_count_the_budget_or_the_last_preset(tmp_path, kwarg
     assert out.records[0]["verdict"] == "inconclusive"
 
 
-def _measured(verdict, rounds, measure=6.0):
-    """A result whose case's processes measured ``rounds`` each, its measurement ``measure`` seconds."""
+def _measured(verdict, rounds, measure=6.0, speedups=None, stopped="time budget spent"):
+    """A result whose one case, judged ``verdict`` too, was measured in as many processes as
+    ``rounds`` (rounds each, at ``speedups``, each +-1%), its measurement ``measure`` seconds."""
     result = _fake_result(verdict)
     case = next(iter(json.loads(RESULTS.read_text())["measured"]["cases"].values()))
-    per = [{"speedup": 1.0, "ci_low": 0.99, "ci_high": 1.01, "rounds": r} for r in rounds]
-    result["measured"]["cases"] = {"c": {**case, "per_process": per, "processes": len(per)}}
+    per = [{"speedup": s, "ci_low": s * 0.99, "ci_high": s * 1.01, "rounds": r}
+           for r, s in zip(rounds, speedups or [1.0] * len(rounds))]
+    result["measured"]["cases"] = {"c": {**case, "per_process": per, "processes": len(per), "verdict": verdict,
+                                         "stopped": stopped}}
     result["stages"] = {"measure": measure}
     return result
 
@@ -246,10 +250,11 @@ def test_a_retry_is_predicted_from_the_rounds_the_next_preset_asks_of_a_process(
     attempt times the presets' ratio (3 s to 30 s: 100 s), which a process of one round
     would have passed."""
     retry = retries.Retries([], 1, None)
-    assert retry.predict(_measured("inconclusive", [6, 6, 7]), 10.0, "quick", "default") == pytest.approx(
+    quick, default = retries.Step("quick"), retries.Step("default")
+    assert retry.predict(_measured("inconclusive", [6, 6, 7]), 10.0, quick, default) == pytest.approx(
         retries.RETRY_MARGIN * (4.0 + 6.0 * 10 / 6))
-    assert retry.predict(_measured("inconclusive", [1, 6]), 10.0, "quick", "default") == pytest.approx(100.0)
-    assert retry.predict(_fake_result("inconclusive"), 10.0, "quick", "default") == pytest.approx(100.0)
+    assert retry.predict(_measured("inconclusive", [1, 6]), 10.0, quick, default) == pytest.approx(100.0)
+    assert retry.predict(_fake_result("inconclusive"), 10.0, quick, default) == pytest.approx(100.0)
 
 
 def test_a_retry_that_fits_by_its_rounds_runs_within_a_budget_its_whole_attempt_did_not_fit(tmp_path):
@@ -265,6 +270,67 @@ def test_a_retry_that_fits_by_its_rounds_runs_within_a_budget_its_whole_attempt_
     out = audit.run_audit([str(_one_candidate(tmp_path))], out=tmp_path / "a", device="cpu", budget=50.0,
                           launcher=LocalLauncher(LauncherSettings(), gpus=[], supervisor=supervise))
     assert seen == ["quick", "default"] and out.records[0]["verdict"] == "supported"
+
+
+SPREAD = [0.95, 1.05, 1.0]  # three processes, each +-1%: they disagree by far more than that
+
+
+@pytest.mark.parametrize("result, step, then", [
+    (_measured("inconclusive", [6, 6, 6], speedups=SPREAD), retries.Step("quick"), retries.Step("quick", 6)),
+    (_measured("inconclusive", [6, 6, 6], stopped=stats.STOP_SPREAD), retries.Step("quick"),
+     retries.Step("quick", 6)),
+    (_measured("inconclusive", [6, 6, 6]), retries.Step("quick"), retries.Step("default")),
+    (_measured("inconclusive", [6] * 6), retries.Step("quick", 6), retries.Step("default", 6)),
+    (_measured("inconclusive", [6, 6, 6], speedups=SPREAD), retries.Step("rigorous"), retries.Step("rigorous", 6)),
+    (_measured("inconclusive", [6, 6, 6]), retries.Step("rigorous"), None),
+    (_measured("supported", [6, 6, 6], speedups=SPREAD), retries.Step("quick"), None),  # settled: an
+    # inconclusive verdict from elsewhere (an implausible speedup) that no measurement changes
+    (_fake_result("inconclusive"), retries.Step("quick"), retries.Step("default")),  # no cases kept
+])
+def test_a_retry_adds_processes_where_their_spread_is_the_width_else_goes_one_preset_up(result, step, then):
+    assert retries.Retries([], 1, None).next_step(result, step) == then
+
+
+def test_a_retry_in_more_processes_costs_the_attempt_times_their_ratio_and_replaces_the_given_count():
+    retry = retries.Retries(["measure.processes=3"], 1, None)
+    result = _measured("inconclusive", [6, 6, 6], speedups=SPREAD)
+    assert retry.predict(result, 10.0, retries.Step("quick"), retries.Step("quick", 6)) == pytest.approx(20.0)
+    assert retries.Step("quick", 6).overrides(["measure.processes=3", "measure.max_seconds=1"]) == (
+        "measure=quick", "measure.max_seconds=1", "measure.processes=6")
+    assert retries.Step("default").overrides(["measure.processes=3"]) == ("measure=default", "measure.processes=3")
+
+
+def test_processes_that_disagree_are_measured_again_in_twice_as_many_and_a_resume_keeps_that_step(tmp_path):
+    seen = []
+
+    def supervise(job, start, cancel=None):
+        given = dict(o.split("=", 1) for o in job.overrides)
+        seen.append((Path(job.run_dir).name, given["measure"], given.get("measure.processes")))
+        if len(seen) == 2 and not (tmp_path / "resumed").exists():
+            raise KeyboardInterrupt("stopped")
+        verdict = "inconclusive" if len(seen) == 1 else "supported"
+        store.write_json(Path(job.run_dir) / store.RESULT, _measured(verdict, [6, 6, 6], speedups=SPREAD))
+        return Outcome(job.run_dir, DONE, verdict, 0, seconds=10.0)
+
+    launcher = LocalLauncher(LauncherSettings(), gpus=[], supervisor=supervise)
+    first = audit.run_audit([str(_one_candidate(tmp_path))], out=tmp_path / "a", device="cpu",
+                            overrides=["measure.processes=3"], launcher=launcher)
+    assert first.interrupted
+    (rec,) = rep.all_records(tmp_path / "a")
+    assert (rec["schema_version"], rec["processes"], rec["final"], rec["next"]) == (
+        2, None, False, {"preset": "quick", "processes": 6})
+    (tmp_path / "resumed").touch()
+    again = audit.run_audit(resume=tmp_path / "a", launcher=launcher)
+    name = "level_1_problem_2_sample_1"
+    assert seen == [(name, "quick", "3"), (f"{name}-quick-p6", "quick", "6"), (f"{name}-quick-p6", "quick", "6")]
+    assert [(r["attempt"], r["processes"], r["verdict"]) for r in again.records] == [(2, 6, "supported")]
+    assert "quick: inconclusive → quick in 6 processes: supported" in again.report.read_text()
+
+
+def test_a_record_before_schema_2_resumes_one_preset_up(tmp_path):
+    rec = {"schema_version": 1, "preset": "quick", "final": False}
+    assert audit._due(rec) == retries.Step("default")
+    assert audit._due({**rec, "preset": "rigorous"}) is None
 
 
 def test_an_unreadable_result_is_that_candidates_record_not_the_audits_end(tmp_path):

@@ -64,4 +64,4 @@ def test_the_retries_table_sets_the_budgets_estimate_beside_what_each_retry_took
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "audit_cost.py"), str(audit), "--retries"],
                          capture_output=True, text=True, check=True).stdout
     rows = [line for line in out.splitlines() if line.startswith("| p")]
-    assert rows == ["| p1_s0 | 1 | 10.0 | 28.0 | 100.0 | 20.0 |"]
+    assert rows == ["| p1_s0 | 1 | 10.0 | measure=default | 28.0 | 100.0 | measure=default | 20.0 |"]

@@ -38,7 +38,7 @@ AUDIT = "audit.json"
 RECORDS = "candidates.jsonl"
 AUDIT_REPORT = "audit.md"
 AUDIT_SCHEMA_VERSION = 1
-RECORD_SCHEMA_VERSION = 1
+RECORD_SCHEMA_VERSION = 2
 MEASURED = ("supported", "refuted", "inconclusive")
 
 #: Failure categories, strongest first: a candidate that does not compile is that, whatever else was found.
@@ -121,11 +121,17 @@ def is_correct(result: Mapping[str, Any]) -> bool:
 
 
 def record(candidate: Mapping[str, Any], *, status: str, result: Optional[Mapping[str, Any]], attempt: int,
-           preset: str, final: bool, seconds: float, run_dir: str, note: str = "") -> Dict[str, Any]:
-    """One line of ``candidates.jsonl``: the candidate's identity and how this attempt ended."""
+           step: Mapping[str, Any], then: Optional[Mapping[str, Any]], seconds: float, run_dir: str,
+           note: str = "") -> Dict[str, Any]:
+    """One line of ``candidates.jsonl``: the candidate's identity and how this attempt ended.
+
+    ``step``: how the attempt measured (``preset``; ``processes`` where a retry raised them,
+    else None). ``then``: the same of the retry that follows it, None where this attempt is
+    the candidate's answer (``final``)."""
     rec: Dict[str, Any] = {"schema_version": RECORD_SCHEMA_VERSION, **{k: candidate[k] for k in (
-        "candidate", "level", "problem", "problem_name", "sample")}, "attempt": attempt, "preset": preset,
-        "final": final, "status": status, "seconds": round(float(seconds), 3), "run_dir": run_dir}
+        "candidate", "level", "problem", "problem_name", "sample")}, "attempt": attempt, "preset": step["preset"],
+        "processes": step.get("processes"), "final": then is None, "next": dict(then) if then else None,
+        "status": status, "seconds": round(float(seconds), 3), "run_dir": run_dir}
     if result is None:
         rec.update(verdict=None, correct=False, speedup=None, ci_low=None, ci_high=None, category="problem error",
                    kind=ERROR, reason=note or "the manifest could not run")
@@ -230,6 +236,11 @@ def _invalid_rows(records: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
     return out
 
 
+def _step(attempt: Mapping[str, Any]) -> str:
+    """How an attempt measured, in the table: its preset, and the processes where a retry raised them."""
+    return attempt["preset"] + (f" in {attempt['processes']} processes" if attempt.get("processes") else "")
+
+
 def _candidate_rows(session_dir: Path, plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
                     attempts: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
 
@@ -244,7 +255,7 @@ def _candidate_rows(session_dir: Path, plan: Mapping[str, Any], records: Sequenc
             "candidate": cell(c["candidate"]), "problem": cell(c["problem_name"]), "sample": c["sample"],
             "verdict": (r["verdict"] or r["status"]) if r else "not run", "measured": _speed(r),
             "category": cell((r or {}).get("category") or ""),
-            "attempts": " → ".join(f"{a['preset']}: {a['verdict'] or a['status']}" for a in tries) or "none",
+            "attempts": " → ".join(f"{_step(a)}: {a['verdict'] or a['status']}" for a in tries) or "none",
             "seconds": fmt_duration(sum(a["seconds"] for a in tries)) if tries else "n/a",
             "reason": cell(reason[:160] + ("…" if len(reason) > 160 else "")),
             "report": f"[report]({r['run_dir']}/report.md)" if has_report and r else "",

@@ -11,7 +11,7 @@ from typing import Any, Mapping, Optional
 
 import jinja2
 
-from ..verdict.stats import spread_dominates, stored_log_variance
+from ..verdict.stats import spread_is_the_width
 from ..verdict.wording import fmt_time, fmt_x
 
 
@@ -84,15 +84,12 @@ def settle_hint(case: Mapping[str, Any]) -> Optional[str]:
     if lo >= b or hi < b:
         return None
     timed = float(case.get("timed_seconds") or 0)
-    per = [p for p in case.get("per_process") or [] if p.get("speedup")]
-    if int(case.get("processes") or 1) > 1 and spread_dominates(
-            [math.log(p["speedup"]) for p in per],
-            [stored_log_variance(p["ci_low"], p["ci_high"], float(case.get("confidence") or 0.95)) for p in per]):
+    spread = spread_is_the_width(case)
+    if spread == "disagree":
         return (f"its {int(case['processes'])} processes disagree by more than the noise within each, so measuring "
                 f"longer would not narrow the interval over them: measure in more processes "
                 f"(`measure.processes={2 * int(case['processes'])}`) or on a quieter machine")
-    if int(case.get("processes") or 1) > 1 and str(case.get("stopped") or "").startswith("every process"):
-        # Each process met its own target: the spread between them is the width (STOP_SPREAD).
+    if spread == "each reached":
         return (f"every one of its {int(case['processes'])} processes reached its own target, so more samples in "
                 f"each would not narrow the interval over them: measure in more processes "
                 f"(`measure.processes={2 * int(case['processes'])}`) or on a quieter machine")

@@ -49,7 +49,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from ..core.errors import ExpkitError
 from ..report import audit_report as rep
 from .manifest_process import DONE, Job, Outcome
-from .retries import LADDER, Retries, next_preset, with_preset
+from .retries import LADDER, Retries, Step, next_preset, with_preset
 from ..report import session as ses
 from ..manifest.settings import load_settings
 from ..manifest.spec import load
@@ -253,7 +253,7 @@ def run_audit(paths: Sequence[str] = (), *, problems: Optional[Path] = None, out
                                                   preset=preset, device=device, precision=precision, jobs=jobs,
                                                   timeout=timeout, retries=retries, budget=budget, claims=claims,
                                                   allow_baseline_ops=allow_baseline_ops, launcher=launcher)
-        todo = [(c, plan["preset"], 1) for c in cands]
+        todo = [(c, Step(plan["preset"]), 1) for c in cands]
     settings, launch = _launch(plan["overrides"], plan["preset"], session_dir, launcher)
     plan["slots"] = _slots(launch, plan["device"])
     write_json(session_dir / rep.AUDIT, plan)
@@ -338,7 +338,7 @@ def _planned(paths: Sequence[str], *, problems: Optional[Path], out: Optional[Pa
 
 
 def _resumed(session_dir: Path, overrides: Sequence[str]) -> Tuple[Path, Dict[str, Any],
-                                                                   List[Tuple[Candidate, str, int]], Retries]:
+                                                                   List[Tuple[Candidate, Step, int]], Retries]:
     """An audit folder's plan and what is left of it: no record yet, or a retry that was due."""
 
     plan = rep.load_audit(session_dir)
@@ -349,13 +349,15 @@ def _resumed(session_dir: Path, overrides: Sequence[str]) -> Tuple[Path, Dict[st
         last[r["candidate"]] = r
         if r["attempt"] > 1:
             retry.spent += float(r["seconds"])
-    todo: List[Tuple[Candidate, str, int]] = []
+    todo: List[Tuple[Candidate, Step, int]] = []
     for c in (Candidate(**d) for d in plan["candidates"]):
         r = last.get(c.candidate)
         if r is None:
-            todo.append((c, plan["preset"], 1))
-        elif not r["final"] and next_preset(r["preset"]) is not None:
-            todo.append((c, str(next_preset(r["preset"])), int(r["attempt"]) + 1))
+            todo.append((c, Step(plan["preset"]), 1))
+        elif not r["final"]:
+            due = _due(r)
+            if due is not None:
+                todo.append((c, due, int(r["attempt"]) + 1))
     return session_dir, plan, todo, retry
 
 
@@ -369,28 +371,38 @@ def _run_folder(session_dir: Path, name: str, manifest: str) -> Path:
     return ses.register_run(session_dir, Path(manifest), name=name)
 
 
-def _run_rounds(todo: List[Tuple[Candidate, str, int]], session_dir: Path, plan: Dict[str, Any], settings: Any,
+def _due(rec: Dict[str, Any]) -> Optional[Step]:
+    """The retry a record that is not final was followed by: its ``next`` (record schema 2), or
+    one preset up (schema 1, where that was the only retry)."""
+    if rec.get("next"):
+        return Step.of(rec["next"])
+    nxt = next_preset(rec["preset"])
+    return Step(nxt) if nxt is not None else None
+
+
+def _run_rounds(todo: List[Tuple[Candidate, Step, int]], session_dir: Path, plan: Dict[str, Any], settings: Any,
                 launch: Any, retry: Retries, say: Log) -> None:
-    """Each round runs its attempts; the inconclusive ones go to the next round, one preset up."""
+    """Each round runs its attempts; the inconclusive ones go to the next round, at the step
+    :meth:`Retries.decide` picks."""
 
     total = len(plan["candidates"])
     done_count = [total - len({c.candidate for c, _, _ in todo})]
     while todo:
         jobs: List[Job] = []
-        meta: Dict[str, Tuple[Candidate, str, int]] = {}
+        meta: Dict[str, Tuple[Candidate, Step, int]] = {}
         for cand, at, attempt in todo:
-            name = cand.candidate if attempt == 1 else f"{cand.candidate}-{at}"
+            name = cand.candidate if attempt == 1 else f"{cand.candidate}-{at.label}"
             run_dir = _run_folder(session_dir, name, cand.manifest)
-            job = Job(cand.manifest, str(run_dir), with_preset(plan["overrides"], at), plan["device"],
+            job = Job(cand.manifest, str(run_dir), at.overrides(plan["overrides"]), plan["device"],
                       timeout=float(settings.launcher.timeout_seconds), env=_cache_env(session_dir, cand.candidate))
             jobs.append(job)
             meta[job.run_dir] = (cand, at, attempt)
-        again: List[Tuple[Candidate, str, int]] = []
+        again: List[Tuple[Candidate, Step, int]] = []
 
         def on_start(job: Job) -> None:
             ses.mark(session_dir, Path(job.run_dir), ses.RUNNING)
             where = f"GPU {job.gpu}" if job.gpu is not None else job.device
-            say(f"start  {Path(job.run_dir).name} ({where}, measure={meta[job.run_dir][1]})")
+            say(f"start  {Path(job.run_dir).name} ({where}, {meta[job.run_dir][1].words})")
 
         def on_done(job: Job, o: Outcome) -> None:
             cand, at, attempt = meta[job.run_dir]
@@ -407,8 +419,8 @@ def _run_rounds(todo: List[Tuple[Candidate, str, int]], session_dir: Path, plan:
             retry.finished(cand.candidate, attempt, o.seconds)
             nxt = retry.decide(cand.candidate, result, attempt, at, o.seconds)
             rec = rep.record(asdict(cand), status=("crashed" if o.crashed else o.status), result=result,
-                             attempt=attempt, preset=at, final=nxt is None, seconds=o.seconds,
-                             run_dir=run_dir.name, note=note)
+                             attempt=attempt, step=at.record(), then=nxt.record() if nxt else None,
+                             seconds=o.seconds, run_dir=run_dir.name, note=note)
             rep.append_record(session_dir, rec)
             if nxt is not None:
                 again.append((cand, nxt, attempt + 1))
@@ -416,7 +428,7 @@ def _run_rounds(todo: List[Tuple[Candidate, str, int]], session_dir: Path, plan:
                 done_count[0] += 1
             word = (rec["verdict"] or rec["status"]).upper()
             why = f" ({rec['category']})" if rec["category"] else ""
-            then = f"; again at measure={nxt}" if nxt else ""
+            then = f"; again at {nxt.words}" if nxt else ""
             say(f"done   {run_dir.name}: {word}{why} in {o.seconds:.1f} s{then} [{done_count[0]}/{total}]")
 
         launch.run(jobs, on_start, on_done)

@@ -1,25 +1,36 @@
 """When an audit measures an ``inconclusive`` candidate again (:mod:`.audit`).
 
-A candidate whose verdict is ``inconclusive`` with a measured speedup runs again one preset
-up :data:`LADDER`, at most ``retries`` times, while the retries' worker seconds stay within
-``budget``: a retry starts only if what :meth:`Retries.predict` takes it to cost fits what is
-left.
+A candidate whose verdict is ``inconclusive`` with a measured speedup runs again, at most
+``retries`` times, while the retries' worker seconds stay within ``budget``: a retry starts
+only if what :meth:`Retries.predict` takes it to cost fits what is left. What the retry
+changes follows from why its interval was wide (:meth:`Retries.next_step`): where the
+spread between its processes is the width, which more rounds do not narrow, it runs at the
+same preset in twice the processes; otherwise one preset up :data:`LADDER`. A candidate
+whose every case was settled (its verdict is ``inconclusive`` for a reason no measurement
+changes, such as an implausible speedup) is not measured again.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..manifest.settings import load_settings
 from ..report import audit_report as rep
+from ..verdict.stats import spread_is_the_width
 
 #: Presets from the cheapest; an inconclusive candidate moves one step up per retry.
 LADDER = ("quick", "default", "rigorous")
+PROCESSES = "measure.processes"
+
+
+def _key(override: str) -> str:
+    return override.lstrip("+~").split("=", 1)[0]
 
 
 def with_preset(overrides: Sequence[str], preset: str) -> Tuple[str, ...]:
     """``overrides`` at ``preset``: its ``measure=`` first, any other ``measure=`` dropped."""
-    return (f"measure={preset}",) + tuple(o for o in overrides if not o.lstrip("+~").startswith("measure="))
+    return (f"measure={preset}",) + tuple(o for o in overrides if _key(o) != "measure")
 
 
 def next_preset(preset: str) -> Optional[str]:
@@ -27,10 +38,61 @@ def next_preset(preset: str) -> Optional[str]:
     return LADDER[LADDER.index(preset) + 1] if preset in LADDER and preset != LADDER[-1] else None
 
 
+@dataclass(frozen=True)
+class Step:
+    """How one attempt measures: a preset of :data:`LADDER`, and the ``measure.processes`` a
+    retry raised (None: what the preset and the audit's overrides say)."""
+
+    preset: str
+    processes: Optional[int] = None
+
+    def overrides(self, base: Sequence[str]) -> Tuple[str, ...]:
+        """``base`` at this step: its preset, and its processes in place of any given."""
+        out = with_preset(base, self.preset)
+        if self.processes is None:
+            return out
+        return tuple(o for o in out if _key(o) != PROCESSES) + (f"{PROCESSES}={self.processes}",)
+
+    @property
+    def label(self) -> str:
+        """The step as a run folder's suffix and a report's word: ``default``, ``quick-p6``."""
+        return self.preset if self.processes is None else f"{self.preset}-p{self.processes}"
+
+    @property
+    def words(self) -> str:
+        """The step as the overrides it adds: ``measure=quick measure.processes=6``."""
+        return f"measure={self.preset}" + (f" {PROCESSES}={self.processes}" if self.processes is not None else "")
+
+    def record(self) -> Dict[str, Any]:
+        return {"preset": self.preset, "processes": self.processes}
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> "Step":
+        """The step a record names (``preset``, and ``processes`` from record schema 2 on)."""
+        processes = data.get("processes")
+        return cls(str(data["preset"]), int(processes) if processes is not None else None)
+
+
 #: How far past its estimate a retry may run before the budget's check is wrong: the estimate
 #: (:meth:`Retries.predict`) times this. On the H200 level-1 audit the three retries took
 #: 0.83-1.23 times their estimate (evidence/batch-audit/kernelbench-l1-gpu/).
 RETRY_MARGIN = 2.0
+
+
+def _inconclusive_cases(result: Optional[Mapping[str, Any]]) -> Optional[List[Mapping[str, Any]]]:
+    """The measured cases judged ``inconclusive``; None where the result keeps no cases, or a
+    case without its verdict."""
+    cases = list((((result or {}).get("measured") or {}).get("cases") or {}).values())
+    if not cases or any(c.get("verdict") is None for c in cases):
+        return None
+    return [c for c in cases if c.get("verdict") == "inconclusive"]
+
+
+def processes_of(result: Optional[Mapping[str, Any]]) -> Optional[int]:
+    """How many processes the result's cases were measured in (the most of any); None if it does not say."""
+    counts = [int(c.get("processes") or 1)
+              for c in (((result or {}).get("measured") or {}).get("cases") or {}).values()]
+    return max(counts) if counts else None
 
 
 class Retries:
@@ -50,22 +112,46 @@ class Retries:
     def _cap(self, preset: str) -> float:
         return float(self._settings(preset).max_seconds)
 
-    def predict(self, result: Optional[Dict[str, Any]], seconds: float, preset: str, nxt: str) -> float:
-        """What a retry at ``nxt`` is taken to cost, from the attempt at ``preset`` that took ``seconds``.
+    def next_step(self, result: Optional[Mapping[str, Any]], step: Step) -> Optional[Step]:
+        """What an inconclusive attempt at ``step`` runs at next; None where nothing more settles it.
 
-        At most that attempt's seconds times the ratio of the presets' ``measure.max_seconds``
-        (the most its measurement may grow). Where the attempt says how many rounds each
-        process measured, :data:`RETRY_MARGIN` times an estimate, if smaller: the measurement
-        grows to the ``min_rounds`` ``nxt`` asks of a process, the rest of the attempt stays as
-        it was."""
-        bound = seconds * max(1.0, self._cap(nxt) / max(self._cap(preset), 1e-9))
-        growth = self._growth(result, nxt)
+        Twice the processes at the same preset where, in every inconclusive case, the spread
+        between processes is the width (:func:`~expkit.verdict.stats.spread_is_the_width`):
+        a Student t interval over 6 processes is about 0.42 times as wide as over 3 from the
+        same spread (t's quantile falls from 4.30 to 2.57 and the square root of the count
+        rises). Otherwise the next preset, keeping any processes a retry raised. None where
+        the result keeps cases and none of them is inconclusive."""
+        cases = _inconclusive_cases(result)
+        if cases is not None and not cases:
+            return None
+        if cases and all(spread_is_the_width(c) for c in cases):
+            return Step(step.preset, 2 * max(int(c.get("processes") or 1) for c in cases))
+        nxt = next_preset(step.preset)
+        return Step(nxt, step.processes) if nxt is not None else None
+
+    def predict(self, result: Optional[Mapping[str, Any]], seconds: float, step: Step, nxt: Step) -> float:
+        """What a retry at ``nxt`` is taken to cost, from the attempt at ``step`` that took ``seconds``.
+
+        In more processes at the same preset: the attempt's seconds times the ratio of the
+        processes (its measurement, worker starts included, grows with them; each process's
+        own target loosens as they grow, so its rounds do not).
+
+        One preset up: at most the attempt's seconds times the ratio of the presets'
+        ``measure.max_seconds`` (the most its measurement may grow). Where the attempt says
+        how many rounds each process measured, :data:`RETRY_MARGIN` times an estimate, if
+        smaller: the measurement grows to the ``min_rounds`` ``nxt`` asks of a process, the
+        rest of the attempt stays as it was."""
+        if nxt.preset == step.preset:
+            had = processes_of(result) or step.processes or int(self._settings(step.preset).processes)
+            return seconds * max(1.0, (nxt.processes or had) / max(had, 1))
+        bound = seconds * max(1.0, self._cap(nxt.preset) / max(self._cap(step.preset), 1e-9))
+        growth = self._growth(result, nxt.preset)
         measuring = float((((result or {}).get("stages") or {}).get("measure")) or 0.0)
         if growth is None or not 0.0 < measuring <= seconds:
             return bound
         return min(bound, RETRY_MARGIN * (seconds - measuring + measuring * growth))
 
-    def _growth(self, result: Optional[Dict[str, Any]], nxt: str) -> Optional[float]:
+    def _growth(self, result: Optional[Mapping[str, Any]], nxt: str) -> Optional[float]:
         """How many times its rounds the process with the fewest must measure at ``nxt``; None
         where a case does not say how many rounds each process measured."""
         need = int(self._settings(nxt).min_rounds)
@@ -80,15 +166,17 @@ class Retries:
             growth = max(growth, need / min(rounds))
         return growth
 
-    def decide(self, name: str, result: Optional[Dict[str, Any]], attempt: int, preset: str,
-               seconds: float) -> Optional[str]:
-        """The preset to run ``name`` at next, or None: its verdict is final."""
+    def decide(self, name: str, result: Optional[Dict[str, Any]], attempt: int, step: Step,
+               seconds: float) -> Optional[Step]:
+        """The step to run ``name`` at next, or None: its verdict is final."""
         if result is None or result.get("verdict") != "inconclusive" or not rep.is_correct(result):
             return None
-        nxt = next_preset(preset)
-        if nxt is None or attempt > self.retries:
+        if attempt > self.retries:
             return None
-        predicted = self.predict(result, seconds, preset, nxt)
+        nxt = self.next_step(result, step)
+        if nxt is None:
+            return None
+        predicted = self.predict(result, seconds, step, nxt)
         if self.budget is not None and self.spent + sum(self.committed.values()) + predicted > self.budget:
             return None
         self.committed[name] = predicted

@@ -38,9 +38,7 @@ SIDES = ("baseline", "candidate")
 STOP_TARGET = "target interval reached"
 STOP_BUDGET = "time budget spent before the target interval was reached"
 STOP_ROUNDS = "round limit reached before the target interval was reached"
-STOP_SPREAD = ("every process reached its own target, but the interval over the processes is wider than the "
-               "target (their spread, and the few processes it is estimated from, widen it): more processes "
-               "(measure.processes) narrow it, more rounds would not")
+STOP_SPREAD = stats.STOP_SPREAD
 
 
 @dataclass(frozen=True)
@@ -81,7 +79,10 @@ class CaseSamples:
 
     @property
     def budget_spent(self) -> bool:
-        return self.stopped != STOP_TARGET
+        """Whether the case stopped on its time or round limit before its target: not where
+        every process reached its own target (:data:`STOP_SPREAD`), whose width more time
+        would not narrow."""
+        return self.stopped in (STOP_BUDGET, STOP_ROUNDS)
 
     @property
     def processes(self) -> int:

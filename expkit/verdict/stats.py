@@ -30,7 +30,7 @@ import inspect
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -204,6 +204,34 @@ def stored_log_variance(ci_low: float, ci_high: float, confidence: float = 0.95)
     if not (ci_low > 0 and ci_high > 0):
         return float("nan")
     return ((math.log(ci_high) - math.log(ci_low)) / (2 * norm.ppf(0.5 + confidence / 2))) ** 2
+
+
+#: Why a case of several processes stopped when each reached its own target and their interval
+#: is still wide (``timing/measure.py`` stores it as the case's ``stopped``).
+STOP_SPREAD = ("every process reached its own target, but the interval over the processes is wider than the "
+               "target (their spread, and the few processes it is estimated from, widen it): more processes "
+               "(measure.processes) narrow it, more rounds would not")
+
+
+def spread_is_the_width(case: Mapping[str, Any]) -> Optional[str]:
+    """Why more processes, not more rounds, would narrow a stored case's interval, or None.
+
+    ``case`` is one of ``result.json``'s ``measured.cases``. ``"disagree"`` where its
+    processes differ by more than the noise within each (:func:`spread_dominates` on the
+    stored per-process intervals); ``"each reached"`` where every process stopped at its
+    own target (:data:`STOP_SPREAD`, which older results word with the same start). With
+    one process, None: rounds are all there is."""
+    processes = int(case.get("processes") or 1)
+    if processes < 2:
+        return None
+    per = [p for p in case.get("per_process") or [] if p.get("speedup")]
+    confidence = float(case.get("confidence") or 0.95)
+    if spread_dominates([math.log(p["speedup"]) for p in per],
+                        [stored_log_variance(p["ci_low"], p["ci_high"], confidence) for p in per]):
+        return "disagree"
+    if str(case.get("stopped") or "").startswith("every process"):
+        return "each reached"
+    return None
 
 
 @dataclass(frozen=True)
