@@ -324,7 +324,9 @@ def test_processes_that_disagree_are_measured_again_in_twice_as_many_and_a_resum
     name = "level_1_problem_2_sample_1"
     assert seen == [(name, "quick", "3"), (f"{name}-quick-p6", "quick", "6"), (f"{name}-quick-p6", "quick", "6")]
     assert [(r["attempt"], r["processes"], r["verdict"]) for r in again.records] == [(2, 6, "supported")]
-    assert "quick: inconclusive → quick in 6 processes: supported" in again.report.read_text()
+    text = again.report.read_text()
+    assert "quick: inconclusive → quick in 6 processes: supported" in text
+    assert "1 re-measured (1 attempt in more processes at the same preset, 0 at a larger preset;" in text
 
 
 def test_a_record_before_schema_2_resumes_one_preset_up(tmp_path):

@@ -289,7 +289,11 @@ def _retry_facts(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
 
     final = {r["candidate"]: r.get("verdict") for r in records}
     first = [a["candidate"] for a in attempts if a["attempt"] == 1 and a["verdict"] == "inconclusive"]
+    before = {(a["candidate"], a["attempt"]): a for a in attempts}
+    same = [a for a in attempts if a["attempt"] > 1
+            and (before.get((a["candidate"], a["attempt"] - 1)) or {}).get("preset") == a["preset"]]
     return {"inconclusive": len(first), "retried": len({a["candidate"] for a in attempts if a["attempt"] > 1}),
+            "in_processes": len(same), "up": sum(a["attempt"] > 1 for a in attempts) - len(same),
             "left": sum(final.get(c) == "inconclusive" for c in first),
             "retries": plan.get("retries"),
             "budget": None if plan.get("budget_seconds") is None else f"{float(plan['budget_seconds']):g}",
