@@ -9,7 +9,8 @@ measurement). A kind is a sample number, named with ``--kinds`` (for the run
     python benchmarks/audit_cost.py AUDIT --kinds 0=identity,1=torch.compile,2=wrong [--tsv stages.tsv]
     python benchmarks/audit_cost.py AUDIT --retries
 
-``--tsv`` also writes one row per attempt: candidate, attempt, preset, verdict, seconds, stages.
+``--tsv`` also writes one row per attempt: candidate, attempt, step (the preset, ``-pN`` where a retry
+raised the processes to N), verdict, seconds, stages, each case's rounds a process and why it stopped.
 
 ``--retries`` prints instead, for every ``inconclusive`` attempt, the retry the audit's policy
 picks for it (``expkit.suites.retries.Retries.next_step``: more processes at the same preset, or
@@ -24,7 +25,7 @@ import argparse
 import json
 import statistics
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from expkit.suites.retries import Retries, Step, next_preset
 
@@ -35,12 +36,23 @@ def _records(audit: Path) -> List[Dict[str, Any]]:
     return [json.loads(line) for line in (audit / "candidates.jsonl").read_text().splitlines() if line.strip()]
 
 
-def _stages(audit: Path, record: Dict[str, Any]) -> Dict[str, float]:
+def _result(audit: Path, record: Dict[str, Any]) -> Dict[str, Any]:
     path = audit / str(record.get("run_dir") or "") / "result.json"
     try:
-        return dict(json.loads(path.read_text()).get("stages") or {})
+        return dict(json.loads(path.read_text()))
     except (OSError, ValueError):
         return {}
+
+
+def _stages(audit: Path, record: Dict[str, Any]) -> Dict[str, float]:
+    return dict(_result(audit, record).get("stages") or {})
+
+
+def _rounds(result: Dict[str, Any]) -> Tuple[str, str]:
+    """Each case's rounds a process (``6,7,6``; cases split by ``;``) and why each stopped."""
+    cases = list(((result.get("measured") or {}).get("cases") or {}).values())
+    return (";".join(",".join(str(p.get("rounds")) for p in c.get("per_process") or []) for c in cases),
+            ";".join(str(c.get("stopped") or "") for c in cases))
 
 
 def _median(xs: List[float]) -> Optional[float]:
@@ -82,11 +94,14 @@ def table(audit: Path, kinds: Dict[int, str]) -> str:
 
 
 def write_tsv(audit: Path, out: Path) -> None:
-    rows = ["\t".join(("candidate", "attempt", "preset", "verdict", "seconds") + STAGES)]
+    rows = ["\t".join(("candidate", "attempt", "step", "verdict", "seconds") + STAGES
+                      + ("rounds_per_process", "stopped"))]
     for r in _records(audit):
-        s = _stages(audit, r)
-        rows.append("\t".join([r["candidate"], str(r["attempt"]), r["preset"], str(r["verdict"]), f"{r['seconds']:.3f}"]
-                              + [_fmt(s.get(k), 3) if k in s else "" for k in STAGES]))
+        result = _result(audit, r)
+        s = dict(result.get("stages") or {})
+        rows.append("\t".join([r["candidate"], str(r["attempt"]), Step.of(r).label, str(r["verdict"]),
+                               f"{r['seconds']:.3f}"] + [_fmt(s.get(k), 3) if k in s else "" for k in STAGES]
+                              + list(_rounds(result))))
     out.write_text("\n".join(rows) + "\n")
 
 
