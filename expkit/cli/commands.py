@@ -96,7 +96,8 @@ def _parsers() -> Tuple[_Parser, Dict[str, _Parser]]:
                      help="KernelBench's KernelBench/ folder (or a levelN/ folder); default: found beside the run")
     aud.add_argument("--out", type=Path, default=None, help="the audit folder (default: a new one under reports/)")
     aud.add_argument("--measure", default="quick", choices=("quick", "default", "rigorous"),
-                     help="the first pass's preset (default quick); an inconclusive verdict moves up one per retry")
+                     help="the first pass's preset (default quick); a retry runs in twice the processes where "
+                          "their spread is what is wide, else one preset up")
     aud.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                      help="for a KernelBench run (default: cuda where the launcher sees a GPU)")
     aud.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")

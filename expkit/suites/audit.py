@@ -20,11 +20,12 @@ intervals, the not-correct candidates by reason and, with ``--claims``, the run'
 figures against the measurements.
 
 **Inconclusive verdicts** are re-measured within the audit: a candidate whose
-verdict is ``inconclusive`` with a measured speedup runs again at the next preset of
-:data:`~.retries.LADDER` (at most ``retries`` times), while the retries' worker seconds
-stay within ``budget`` (:mod:`.retries` says how a retry's cost is taken). A retry keeps the
-audit's overrides except ``measure=``, so ``measure.*`` keys given on the command line still
-apply.
+verdict is ``inconclusive`` with a measured speedup runs again (at most ``retries`` times),
+in twice the processes where the spread between them is what is wide, else at the next
+preset of :data:`~.retries.LADDER`, while the retries' worker seconds stay within
+``budget`` (:mod:`.retries` says which retry and how its cost is taken). A retry keeps the
+audit's overrides except ``measure=`` (and ``measure.processes`` where it raises them), so
+other ``measure.*`` keys given on the command line still apply.
 
 **What is kept between attempts.** The workers fork from one server that imported
 torch and expkit once for the whole audit. Each candidate gets its own compile caches
