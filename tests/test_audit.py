@@ -301,11 +301,12 @@ def test_a_retry_in_more_processes_costs_the_attempt_times_their_ratio_and_repla
 
 
 def test_processes_that_disagree_are_measured_again_in_twice_as_many_and_a_resume_keeps_that_step(tmp_path):
-    seen = []
+    seen, limits = [], []
 
     def supervise(job, start, cancel=None):
         given = dict(o.split("=", 1) for o in job.overrides)
         seen.append((Path(job.run_dir).name, given["measure"], given.get("measure.processes")))
+        limits.append(job.timeout)
         if len(seen) == 2 and not (tmp_path / "resumed").exists():
             raise KeyboardInterrupt("stopped")
         verdict = "inconclusive" if len(seen) == 1 else "supported"
@@ -313,20 +314,36 @@ def test_processes_that_disagree_are_measured_again_in_twice_as_many_and_a_resum
         return Outcome(job.run_dir, DONE, verdict, 0, seconds=10.0)
 
     launcher = LocalLauncher(LauncherSettings(), gpus=[], supervisor=supervise)
-    first = audit.run_audit([str(_one_candidate(tmp_path))], out=tmp_path / "a", device="cpu",
+    first = audit.run_audit([str(_one_candidate(tmp_path))], out=tmp_path / "a", device="cpu", timeout=15,
                             overrides=["measure.processes=3"], launcher=launcher)
     assert first.interrupted
     (rec,) = rep.all_records(tmp_path / "a")
     assert (rec["schema_version"], rec["processes"], rec["final"], rec["next"]) == (
-        2, None, False, {"preset": "quick", "processes": 6})
+        2, None, False, {"preset": "quick", "processes": 6, "time_limit": 40.0})
     (tmp_path / "resumed").touch()
     again = audit.run_audit(resume=tmp_path / "a", launcher=launcher)
     name = "level_1_problem_2_sample_1"
     assert seen == [(name, "quick", "3"), (f"{name}-quick-p6", "quick", "6"), (f"{name}-quick-p6", "quick", "6")]
+    # 10 s in 3 processes: the retry in 6 is predicted at 20 s, and given twice that, also on resuming
+    assert limits == [15.0, 40.0, 40.0]
     assert [(r["attempt"], r["processes"], r["verdict"]) for r in again.records] == [(2, 6, "supported")]
     text = again.report.read_text()
     assert "quick: inconclusive → quick in 6 processes: supported" in text
     assert "1 re-measured (1 attempt in more processes at the same preset, 0 at a larger preset;" in text
+
+
+@pytest.mark.parametrize("limit, ceiling, runs, given", [
+    (15.0, None, True, 40.0),  # twice the 20 s it is predicted to take: a retry is no hang for measuring more
+    (15.0, 35.0, True, 35.0),  # no longer than the launcher can give a worker
+    (15.0, 18.0, False, None),  # predicted longer than that: not started, where it would be killed as a hang
+    (100.0, None, True, None),  # the audit's own limit is room enough
+])
+def test_a_retrys_time_limit_grows_with_what_it_is_predicted_to_take(limit, ceiling, runs, given):
+    retry = retries.Retries([], 1, None)
+    retry.bound_by(limit, ceiling)
+    result = _measured("inconclusive", [6, 6, 6], speedups=SPREAD)
+    nxt = retry.decide("c", result, 1, retries.Step("quick"), 10.0)
+    assert (nxt is not None, retry.time_limits.get("c")) == (runs, given)
 
 
 def test_a_record_before_schema_2_resumes_one_preset_up(tmp_path):

@@ -33,6 +33,7 @@ def test_slurm_parameters(tmp_path):
         "name": "expkit", "timeout_min": 45, "nodes": 1, "tasks_per_node": 1, "gpus_per_node": 1,
         "cpus_per_task": 6, "mem_gb": 32, "slurm_partition": "gpu", "slurm_account": "proj"}
     assert launcher.parameters("cpu")["gpus_per_node"] == 0
+    assert launcher.max_timeout == 45 * 60 - 60  # the most an audit's retry may be given, a minute kept
     # submitit accepts them (its local executor ignores the slurm_ ones; SLURM itself needs srun).
     local = make_launcher(LauncherSettings(name="slurm", cluster="local", partition="gpu", time_minutes=45), tmp_path)
     assert local.executor("cpu")._executor.parameters["timeout_min"] == 45

@@ -256,6 +256,7 @@ def run_audit(paths: Sequence[str] = (), *, problems: Optional[Path] = None, out
                                                   allow_baseline_ops=allow_baseline_ops, launcher=launcher)
         todo = [(c, Step(plan["preset"]), 1) for c in cands]
     settings, launch = _launch(plan["overrides"], plan["preset"], session_dir, launcher)
+    retry.bound_by(float(settings.launcher.timeout_seconds), getattr(launch, "max_timeout", None))
     plan["slots"] = _slots(launch, plan["device"])
     write_json(session_dir / rep.AUDIT, plan)
     say(f"audit {session_dir}: {len(todo)} of {len(plan['candidates'])} candidate(s) to judge on "
@@ -359,6 +360,8 @@ def _resumed(session_dir: Path, overrides: Sequence[str]) -> Tuple[Path, Dict[st
             due = _due(r)
             if due is not None:
                 todo.append((c, due, int(r["attempt"]) + 1))
+                if (r.get("next") or {}).get("time_limit"):
+                    retry.time_limits[c.candidate] = float(r["next"]["time_limit"])
     return session_dir, plan, todo, retry
 
 
@@ -381,6 +384,14 @@ def _due(rec: Dict[str, Any]) -> Optional[Step]:
     return Step(nxt) if nxt is not None else None
 
 
+def _then(retry: Retries, name: str, nxt: Optional[Step]) -> Optional[Dict[str, Any]]:
+    """A record's ``next``: the retry's step, and its time limit where it is above the audit's."""
+    if nxt is None:
+        return None
+    limit = retry.time_limits.get(name)
+    return {**nxt.record(), **({"time_limit": round(limit, 3)} if limit else {})}
+
+
 def _run_rounds(todo: List[Tuple[Candidate, Step, int]], session_dir: Path, plan: Dict[str, Any], settings: Any,
                 launch: Any, retry: Retries, say: Log) -> None:
     """Each round runs its attempts; the inconclusive ones go to the next round, at the step
@@ -394,8 +405,11 @@ def _run_rounds(todo: List[Tuple[Candidate, Step, int]], session_dir: Path, plan
         for cand, at, attempt in todo:
             name = cand.candidate if attempt == 1 else f"{cand.candidate}-{at.label}"
             run_dir = _run_folder(session_dir, name, cand.manifest)
+            limit = float(settings.launcher.timeout_seconds)
+            if attempt > 1:
+                limit = retry.time_limits.get(cand.candidate, limit)
             job = Job(cand.manifest, str(run_dir), at.overrides(plan["overrides"]), plan["device"],
-                      timeout=float(settings.launcher.timeout_seconds), env=_cache_env(session_dir, cand.candidate))
+                      timeout=limit, env=_cache_env(session_dir, cand.candidate))
             jobs.append(job)
             meta[job.run_dir] = (cand, at, attempt)
         again: List[Tuple[Candidate, Step, int]] = []
@@ -420,7 +434,7 @@ def _run_rounds(todo: List[Tuple[Candidate, Step, int]], session_dir: Path, plan
             retry.finished(cand.candidate, attempt, o.seconds)
             nxt = retry.decide(cand.candidate, result, attempt, at, o.seconds)
             rec = rep.record(asdict(cand), status=("crashed" if o.crashed else o.status), result=result,
-                             attempt=attempt, step=at.record(), then=nxt.record() if nxt else None,
+                             attempt=attempt, step=at.record(), then=_then(retry, cand.candidate, nxt),
                              seconds=o.seconds, run_dir=run_dir.name, note=note)
             rep.append_record(session_dir, rec)
             if nxt is not None:

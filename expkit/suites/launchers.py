@@ -178,6 +178,8 @@ class SubmititLauncher:
                 f"out of time (e.g. launcher.time_minutes={math.ceil(worker_limit / 60) + 5})")
         self.settings = settings
         self.folder = Path(folder)
+        #: The longest time limit a worker can be given inside one job (the supervisor keeps a minute).
+        self.max_timeout = settings.time_minutes * 60 - 60
 
     def gpus(self) -> Optional[List[str]]:
         return None

@@ -8,6 +8,12 @@ spread between its processes is the width, which more rounds do not narrow, it r
 same preset in twice the processes; otherwise one preset up :data:`LADDER`. A candidate
 whose every case was settled (its verdict is ``inconclusive`` for a reason no measurement
 changes, such as an implausible speedup) is not measured again.
+
+A retry's time limit is at least :data:`RETRY_MARGIN` times its predicted cost: the limit is
+there to catch a hang, and a candidate whose first attempt finished is not hanging because
+its retry measures more. Where the launcher cannot give a worker that long (a SLURM job's
+``launcher.time_minutes``), the limit stops there, and a retry predicted to take longer does
+not start.
 """
 
 from __future__ import annotations
@@ -102,7 +108,16 @@ class Retries:
         self.overrides, self.retries, self.budget = tuple(overrides), int(retries), budget
         self.spent = 0.0
         self.committed: Dict[str, float] = {}
+        #: Each due retry's time limit where it is above the audit's own (:meth:`bound_by`).
+        self.time_limits: Dict[str, float] = {}
+        self.limit: float = 0.0
+        self.ceiling: Optional[float] = None
         self._measure: Dict[str, Any] = {}
+
+    def bound_by(self, limit: float, ceiling: Optional[float]) -> None:
+        """The audit's time limit an attempt (0: none), and the most the launcher can give one
+        (None: no most)."""
+        self.limit, self.ceiling = float(limit or 0.0), ceiling
 
     def _settings(self, preset: str) -> Any:
         if preset not in self._measure:
@@ -179,6 +194,10 @@ class Retries:
         predicted = self.predict(result, seconds, step, nxt)
         if self.budget is not None and self.spent + sum(self.committed.values()) + predicted > self.budget:
             return None
+        if self.ceiling is not None and predicted > self.ceiling:
+            return None
+        if self.limit > 0 and RETRY_MARGIN * predicted > self.limit:
+            self.time_limits[name] = min(RETRY_MARGIN * predicted, self.ceiling or float("inf"))
         self.committed[name] = predicted
         return nxt
 
@@ -186,3 +205,4 @@ class Retries:
         if attempt > 1:
             self.spent += seconds
             self.committed.pop(name, None)
+            self.time_limits.pop(name, None)
