@@ -449,3 +449,11 @@ def test_a_reader_that_goes_away_is_exit_141_not_a_failure_of_expkit(monkeypatch
     monkeypatch.setattr(sys, "stdout", Gone())
     assert main(["schema"]) == 141
     assert capsys.readouterr().err == ""
+
+
+def test_every_command_is_in_the_commands_reference():
+    from expkit.cli.commands import _parsers
+
+    table = (Path(__file__).parent.parent / "docs" / "commands.md").read_text()
+    missing = [name for name in _parsers()[1] if f"`expkit {name} " not in table]
+    assert not missing, f"docs/commands.md has no row for: {missing}"
