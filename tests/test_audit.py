@@ -229,6 +229,8 @@ def test_retries_stop_at_the_count_the_budget_or_the_last_preset(tmp_path, kwarg
     recs = rep.all_records(out.session_dir)
     assert len(recs) == attempts and recs[-1]["final"] and not any(r["final"] for r in recs[:-1])
     assert out.records[0]["verdict"] == "inconclusive"
+    assert recs[-1]["kept"] and not any(r["kept"] for r in recs[:-1])  # why it stays inconclusive
+    assert recs[-1]["kept"] in out.report.read_text()
 
 
 def _measured(verdict, rounds, measure=6.0, speedups=None, stopped="time budget spent"):
@@ -344,6 +346,25 @@ def test_a_retrys_time_limit_grows_with_what_it_is_predicted_to_take(limit, ceil
     result = _measured("inconclusive", [6, 6, 6], speedups=SPREAD)
     nxt = retry.decide("c", result, 1, retries.Step("quick"), 10.0)
     assert (nxt is not None, retry.time_limits.get("c")) == (runs, given)
+
+
+@pytest.mark.parametrize("result, attempt, step, bounds, why", [
+    (_measured("inconclusive", [6, 6, 6], speedups=SPREAD), 2, retries.Step("quick", 6), {},
+     "measured 2 time(s), the most --retries 1 allows"),
+    (_measured("inconclusive", [6, 6, 6], speedups=SPREAD), 1, retries.Step("quick"), {"budget": 15.0},
+     "a retry at measure=quick measure.processes=6 was predicted at 20 s, with 15 s of the --budget 15 s left"),
+    (_measured("inconclusive", [6, 6, 6], speedups=SPREAD), 1, retries.Step("quick"), {"ceiling": 18.0},
+     "predicted at 20 s, longer than the launcher can give a worker (18 s)"),
+    (_measured("supported", [6, 6, 6]), 1, retries.Step("quick"), {}, "every case was settled"),
+    (_measured("inconclusive", [6, 6, 6]), 1, retries.Step("rigorous"), {}, "rigorous is the last preset"),
+    ({**_fake_result("inconclusive"), "measured": {"overall": None, "cases": {}}}, 1, retries.Step("quick"), {},
+     "no speedup was measured"),
+])
+def test_an_inconclusive_verdict_left_as_it_is_says_why(result, attempt, step, bounds, why):
+    retry = retries.Retries([], 1, bounds.get("budget"))
+    retry.bound_by(0.0, bounds.get("ceiling"))
+    assert retry.decide("c", {**result, "verdict": "inconclusive"}, attempt, step, 10.0) is None
+    assert why in retry.kept["c"], retry.kept
 
 
 def test_a_record_before_schema_2_resumes_one_preset_up(tmp_path):
@@ -463,7 +484,9 @@ def _synthetic_audit(folder):
                 "category": cat, "kind": kind, "reason": "check [case default]: what it found" if cat else ""}
         if pid == 2 and s == 0:
             recs.append({**base, "attempt": 1, "preset": "quick", "final": False, "ci_low": 0.8, "ci_high": 1.3})
-            recs.append({**base, "attempt": 2, "preset": "default", "final": True, "seconds": 12.0})
+            recs.append({**base, "schema_version": 2, "attempt": 2, "preset": "default", "processes": None,
+                         "final": True, "next": None, "seconds": 12.0,
+                         "kept": "measured 2 time(s), the most --retries 1 allows"})
         else:
             recs.append({**base, "attempt": 1, "preset": "quick", "final": True})
     claims = {"problems": [{"level": 1, "problem": 1, "sample": 0, "speedup": 2.5},

@@ -122,16 +122,17 @@ def is_correct(result: Mapping[str, Any]) -> bool:
 
 def record(candidate: Mapping[str, Any], *, status: str, result: Optional[Mapping[str, Any]], attempt: int,
            step: Mapping[str, Any], then: Optional[Mapping[str, Any]], seconds: float, run_dir: str,
-           note: str = "") -> Dict[str, Any]:
+           note: str = "", kept: Optional[str] = None) -> Dict[str, Any]:
     """One line of ``candidates.jsonl``: the candidate's identity and how this attempt ended.
 
     ``step``: how the attempt measured (``preset``; ``processes`` where a retry raised them,
     else None). ``then``: the same of the retry that follows it, None where this attempt is
-    the candidate's answer (``final``)."""
+    the candidate's answer (``final``). ``kept``: why a final ``inconclusive`` was not
+    measured again."""
     rec: Dict[str, Any] = {"schema_version": RECORD_SCHEMA_VERSION, **{k: candidate[k] for k in (
         "candidate", "level", "problem", "problem_name", "sample")}, "attempt": attempt, "preset": step["preset"],
         "processes": step.get("processes"), "final": then is None, "next": dict(then) if then else None,
-        "status": status, "seconds": round(float(seconds), 3), "run_dir": run_dir}
+        "status": status, "seconds": round(float(seconds), 3), "run_dir": run_dir, "kept": kept}
     if result is None:
         rec.update(verdict=None, correct=False, speedup=None, ci_low=None, ci_high=None, category="problem error",
                    kind=ERROR, reason=note or "the manifest could not run")
@@ -295,6 +296,10 @@ def _retry_facts(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
     return {"inconclusive": len(first), "retried": len({a["candidate"] for a in attempts if a["attempt"] > 1}),
             "in_processes": len(same), "up": sum(a["attempt"] > 1 for a in attempts) - len(same),
             "left": sum(final.get(c) == "inconclusive" for c in first),
+            "kept": [{"candidate": cell(r["candidate"]), "measured": _speed(r),
+                      "attempts": " → ".join(_step(a) for a in attempts if a["candidate"] == r["candidate"]),
+                      "why": cell(r.get("kept") or "not recorded (an audit before record schema 2)")}
+                     for r in records if r.get("verdict") == "inconclusive"],
             "retries": plan.get("retries"),
             "budget": None if plan.get("budget_seconds") is None else f"{float(plan['budget_seconds']):g}",
             "spent": fmt_duration(sum(a["seconds"] for a in attempts if a["attempt"] > 1))}

@@ -435,7 +435,8 @@ def _run_rounds(todo: List[Tuple[Candidate, Step, int]], session_dir: Path, plan
             nxt = retry.decide(cand.candidate, result, attempt, at, o.seconds)
             rec = rep.record(asdict(cand), status=("crashed" if o.crashed else o.status), result=result,
                              attempt=attempt, step=at.record(), then=_then(retry, cand.candidate, nxt),
-                             seconds=o.seconds, run_dir=run_dir.name, note=note)
+                             seconds=o.seconds, run_dir=run_dir.name, note=note,
+                             kept=retry.kept.pop(cand.candidate, None))
             rep.append_record(session_dir, rec)
             if nxt is not None:
                 again.append((cand, nxt, attempt + 1))

@@ -108,6 +108,8 @@ class Retries:
         self.overrides, self.retries, self.budget = tuple(overrides), int(retries), budget
         self.spent = 0.0
         self.committed: Dict[str, float] = {}
+        #: Why an inconclusive verdict that :meth:`decide` made final was not measured again.
+        self.kept: Dict[str, str] = {}
         #: Each due retry's time limit where it is above the audit's own (:meth:`bound_by`).
         self.time_limits: Dict[str, float] = {}
         self.limit: float = 0.0
@@ -183,23 +185,37 @@ class Retries:
 
     def decide(self, name: str, result: Optional[Dict[str, Any]], attempt: int, step: Step,
                seconds: float) -> Optional[Step]:
-        """The step to run ``name`` at next, or None: its verdict is final."""
-        if result is None or result.get("verdict") != "inconclusive" or not rep.is_correct(result):
+        """The step to run ``name`` at next, or None: its verdict is final. Where an
+        ``inconclusive`` verdict is final, :attr:`kept` says why it was not measured again."""
+        self.kept.pop(name, None)
+        if result is None or result.get("verdict") != "inconclusive":
             return None
+        if not rep.is_correct(result):
+            return self._keep(name, "no speedup was measured, which more measurement does not change")
         if attempt > self.retries:
-            return None
+            return self._keep(name, f"measured {attempt} time(s), the most --retries {self.retries} allows")
         nxt = self.next_step(result, step)
         if nxt is None:
-            return None
+            why = ("every case was settled: it is inconclusive for a reason more measurement does not change"
+                   if _inconclusive_cases(result) == [] else f"its interval is not the processes' spread, and "
+                   f"{step.preset} is the last preset")
+            return self._keep(name, why)
         predicted = self.predict(result, seconds, step, nxt)
-        if self.budget is not None and self.spent + sum(self.committed.values()) + predicted > self.budget:
-            return None
+        left = None if self.budget is None else self.budget - self.spent - sum(self.committed.values())
+        if left is not None and predicted > left:
+            return self._keep(name, f"a retry at {nxt.words} was predicted at {predicted:.0f} s, with {max(left, 0):.0f} s "
+                                    f"of the --budget {self.budget:g} s left")
         if self.ceiling is not None and predicted > self.ceiling:
-            return None
+            return self._keep(name, f"a retry at {nxt.words} was predicted at {predicted:.0f} s, longer than the "
+                                    f"launcher can give a worker ({self.ceiling:.0f} s)")
         if self.limit > 0 and RETRY_MARGIN * predicted > self.limit:
             self.time_limits[name] = min(RETRY_MARGIN * predicted, self.ceiling or float("inf"))
         self.committed[name] = predicted
         return nxt
+
+    def _keep(self, name: str, why: str) -> None:
+        self.kept[name] = why
+        return None
 
     def finished(self, name: str, attempt: int, seconds: float) -> None:
         if attempt > 1:
