@@ -298,7 +298,7 @@ def _retry_facts(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
             "left": sum(final.get(c) == "inconclusive" for c in first),
             "kept": [{"candidate": cell(r["candidate"]), "measured": _speed(r),
                       "attempts": " → ".join(_step(a) for a in attempts if a["candidate"] == r["candidate"]),
-                      "why": cell(r.get("kept") or "not recorded (an audit before record schema 2)")}
+                      "why": cell(r.get("kept") or "not recorded (the audit is older than the records that say why)")}
                      for r in records if r.get("verdict") == "inconclusive"],
             "retries": plan.get("retries"),
             "budget": None if plan.get("budget_seconds") is None else f"{float(plan['budget_seconds']):g}",
