@@ -203,8 +203,8 @@ class Retries:
         predicted = self.predict(result, seconds, step, nxt)
         left = None if self.budget is None else self.budget - self.spent - sum(self.committed.values())
         if left is not None and predicted > left:
-            return self._keep(name, f"a retry at {nxt.words} was predicted at {predicted:.0f} s, with {max(left, 0):.0f} s "
-                                    f"of the --budget {self.budget:g} s left")
+            return self._keep(name, f"a retry at {nxt.words} was predicted at {predicted:.0f} s, with "
+                                    f"{max(left, 0):.0f} s of the --budget {self.budget:g} s left")
         if self.ceiling is not None and predicted > self.ceiling:
             return self._keep(name, f"a retry at {nxt.words} was predicted at {predicted:.0f} s, longer than the "
                                     f"launcher can give a worker ({self.ceiling:.0f} s)")
