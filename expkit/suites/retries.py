@@ -117,8 +117,8 @@ class Retries:
         self._measure: Dict[str, Any] = {}
 
     def bound_by(self, limit: float, ceiling: Optional[float]) -> None:
-        """The audit's time limit an attempt (0: none), and the most the launcher can give one
-        (None: no most)."""
+        """The audit's time limit on an attempt (0: none), and the longest the launcher can give
+        one (None: no such limit)."""
         self.limit, self.ceiling = float(limit or 0.0), ceiling
 
     def _settings(self, preset: str) -> Any:
