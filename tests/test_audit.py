@@ -355,7 +355,9 @@ def test_a_retrys_time_limit_grows_with_what_it_is_predicted_to_take(limit, ceil
      "a retry at measure=quick measure.processes=6 was predicted at 20 s, with 15 s of the --budget 15 s left"),
     (_measured("inconclusive", [6, 6, 6], speedups=SPREAD), 1, retries.Step("quick"), {"ceiling": 18.0},
      "predicted at 20 s, longer than the launcher can give a worker (18 s)"),
-    (_measured("supported", [6, 6, 6]), 1, retries.Step("quick"), {}, "every case was settled"),
+    ({**_measured("supported", [6, 6, 6]), "reasons": ["plausibility [case c]: measured 14.8x is above 10x"]}, 1,
+     retries.Step("quick"), {}, "every case was settled, and more measurement does not change why it is "
+                                "inconclusive: plausibility [case c]: measured 14.8x"),
     (_measured("inconclusive", [6, 6, 6]), 1, retries.Step("rigorous"), {}, "rigorous is the last preset"),
     ({**_fake_result("inconclusive"), "measured": {"overall": None, "cases": {}}}, 1, retries.Step("quick"), {},
      "no speedup was measured"),

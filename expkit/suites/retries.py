@@ -196,7 +196,9 @@ class Retries:
             return self._keep(name, f"measured {attempt} time(s), the most --retries {self.retries} allows")
         nxt = self.next_step(result, step)
         if nxt is None:
-            why = ("every case was settled: it is inconclusive for a reason more measurement does not change"
+            first = str(next(iter(result.get("reasons") or []), "") or "")
+            why = (f"every case was settled, and more measurement does not change why it is inconclusive"
+                   + (f": {first[:160]}" if first else "")
                    if _inconclusive_cases(result) == [] else f"its interval is not the processes' spread, and "
                    f"{step.preset} is the last preset")
             return self._keep(name, why)
