@@ -94,9 +94,12 @@ def test_records_stream_one_line_per_attempt(audited):
     first = [r for r in recs if r["attempt"] == 1]
     assert len(first) == len(EXPECTED) and all(r["preset"] == "quick" for r in first)
     for r in recs:
-        if r["attempt"] > 1:  # a retry follows an inconclusive first pass, one preset up
+        if r["attempt"] > 1:  # a retry follows an inconclusive first pass: the step its record named
             before = next(x for x in recs if x["candidate"] == r["candidate"] and x["attempt"] == r["attempt"] - 1)
-            assert before["verdict"] == "inconclusive" and not before["final"] and r["preset"] == "default"
+            assert before["verdict"] == "inconclusive" and not before["final"]
+            assert (before["next"]["preset"], before["next"]["processes"]) == (r["preset"], r["processes"])
+            # in twice quick's five processes, or one preset up
+            assert (r["preset"], r["processes"]) in (("quick", 10), ("default", None)), r
     plan = json.loads((audited / rep.AUDIT).read_text())
     assert plan["device"] == "cpu" and plan["slots"] == 2 and len(plan["candidates"]) == 8
     assert (audited / "session.md").is_file()

@@ -84,6 +84,11 @@ def test_diagnose_names_signal_timeout_and_cuda_error():
               '  File "/home/u/kern.py", line 40 in spin\n')
     text = diagnose(-signal.SIGKILL, timed_out=True, timeout=5, tail=hooked)
     assert text.endswith("it was in kern.py:40 in spin")  # expkit's trace hook around the line is not news
+    # faulthandler writes "line ???" for a frame whose line it cannot tell (the hook, caught
+    # mid-call): the dump is still read, after the harness's own wait that comes first
+    unknown_line = hooked.replace("line 46 in local", "line ??? in local")
+    text = diagnose(-signal.SIGKILL, timed_out=True, timeout=5, tail=[helper_first.split("\n\n")[0], unknown_line])
+    assert text.endswith("it was in kern.py:40 in spin"), text
     cuda = "Traceback (most recent call last):\n  ...\ntorch.AcceleratorError: CUDA error: an illegal memory access " \
            "was encountered\nCUDA kernel errors might be asynchronously reported\n"
     text = diagnose(-signal.SIGABRT, timed_out=False, timeout=60, tail=cuda)

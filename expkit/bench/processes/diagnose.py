@@ -49,9 +49,11 @@ _PACKAGE_NAMES = tuple(sorted({f"{p.name}:" for p in _PACKAGE_ROOT.rglob("*.py")
 
 
 def _frames(block: Sequence[str]) -> List[Tuple[str, str, str]]:
+    """A dump's frames, innermost first; ``faulthandler`` writes ``line ???`` where it cannot
+    tell a frame's line (a trace hook caught mid-call), and that frame is read too."""
     out = []
     for line in block:
-        m = re.match(r'\s*File "([^"]+)", line (\d+) in (\S+)', line)
+        m = re.match(r'\s*File "([^"]+)", line (\d+|\?\?\?) in (\S+)', line)
         if not m:
             break
         out.append((m.group(1), m.group(2), m.group(3)))
