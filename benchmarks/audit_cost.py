@@ -131,7 +131,7 @@ def retries_table(audit: Path) -> str:
         ratio = f"{r['seconds'] * max(1.0, retry._cap(up) / retry._cap(r['preset'])):.1f}" if up else "-"
         lines.append(f"| {r['candidate']} | {r['attempt']} | {r['seconds']:.1f} | "
                      f"{nxt.words if nxt else 'none'} | "
-                     f"{retry.predict(result, r['seconds'], step, nxt) if nxt else float('nan'):.1f} | {ratio} | "
+                     f"{_fmt(retry.predict(result, r['seconds'], step, nxt) if nxt else None)} | {ratio} | "
                      f"{Step.of(then).words if then else '-'} | {_fmt(then['seconds']) if then else '-'} |")
     return "\n".join(lines)
 
