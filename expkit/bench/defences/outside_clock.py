@@ -46,8 +46,7 @@ candidate that fills an output buffer of its own, beside two busy processes); th
 cheats of the adversarial suite would need 80 us a call or more to pass
 (``evidence/defences/outside-clock-per-call/``). So the clock resolves what was moved out
 of calls that dominate their requests, not out of calls no longer than the harness's work
-around them and the allowance a call
-(``evidence/defences/adaptive-cheats.md``).
+around them plus the per-call allowance (``evidence/defences/adaptive-cheats.md``).
 
 The lower quartile sees time hidden in every request, not time hidden in most: a reply
 that tells the truth in a third of its requests and hides time in the rest leaves its
