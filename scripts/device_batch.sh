@@ -2,7 +2,7 @@
 # One device call: install the wheels the GPU image lacks, run the GPU tests and the GPU
 # examples, and pack every output into $OUT/batch.tar.gz (the device returns at most 8 files).
 # Usage on the device machine, from the repository root:  bash scripts/device_batch.sh [STEPS...]
-# Steps: tests examples bench suite2 kb-audit kb-ab (default: tests examples bench; suite2 needs two GPUs).
+# Steps: tests examples bench suite2 kb-audit kb-beside kb-ab (default: tests examples bench; suite2 needs two GPUs).
 # GPU_TESTS narrows the tests step (default: every test marked gpu); GPUS_TESTS picks its GPU;
 # TESTS_BESIDE=1 runs it beside the steps after it (give those other GPUs), for at most TESTS_SECONDS
 # (default 540). GPU_TESTS_SPLIT="files A;files B" runs group i on the i-th GPU of GPUS_TESTS, side
@@ -81,6 +81,29 @@ for step in $steps; do
           cat "$dir.log" ) &
       done
       wait ;;
+    kb-beside)
+      # The same candidates (identity, torch.compile, wrong) of the problems KB_BESIDE (default 1,40,19)
+      # judged by `expkit audit` on GPU 0, then by KernelBench's own batch loop (one spawned process a
+      # candidate, benchmarks/kernelbench_batch_eval.py; needs .kernelbench/src/kernelbench), each for
+      # at most BESIDE_SECONDS (default 270); BESIDE_KB_FIRST=1 runs KernelBench's first.
+      mkdir -p /tmp/kb && cp -r .kernelbench/KernelBench /tmp/kb/KernelBench
+      python3 benchmarks/kernelbench_generation_run.py .kernelbench --level 1 --problems "${KB_BESIDE:-1,40,19}" \
+        --out /tmp/kb/runs/beside > /tmp/batch/kb-beside-generate.log 2>&1
+      beside_expkit() {
+        CUDA_VISIBLE_DEVICES=0 timeout "${BESIDE_SECONDS:-270}" python3 -m expkit audit /tmp/kb/runs/beside \
+          --problems /tmp/kb/KernelBench --allow-baseline-ops --timeout 180 --out /tmp/batch/beside-audit --quiet \
+          > /tmp/batch/beside-audit.log 2>&1
+        echo "exit code: $?" >> /tmp/batch/beside-audit.log; cat /tmp/batch/beside-audit.log
+      }
+      beside_kb() {
+        CUDA_VISIBLE_DEVICES=0 timeout "${BESIDE_SECONDS:-270}" python3 benchmarks/kernelbench_batch_eval.py .kernelbench \
+          /tmp/kb/runs/beside --problems-dir /tmp/kb/KernelBench --results /tmp/batch/beside-kb.jsonl \
+          2>&1 | tee /tmp/batch/beside-kb.log
+      }
+      if [ -n "${BESIDE_KB_FIRST:-}" ]; then beside_kb; beside_expkit; else beside_expkit; beside_kb; fi
+      rm -rf /tmp/batch/beside-kb-work /tmp/batch/beside-audit/.cache  # compile caches, not evidence
+      python3 benchmarks/batch_beside.py /tmp/batch/beside-audit /tmp/batch/beside-kb.jsonl \
+        --kinds 0=identity,1=torch.compile,2=wrong 2>&1 | tee /tmp/batch/beside.md ;;
     kb-ab)
       python3 benchmarks/kernelbench_generation_run.py .kernelbench --level 1 --problems "${KB_AB:-1,40,19}" \
         --out /tmp/kb/runs/ab > /tmp/batch/kb-ab-generate.log 2>&1
@@ -123,6 +146,6 @@ k(Path(sys.argv[1]), Path(sys.argv[2]), problems=Path(".kernelbench/KernelBench"
 done
 wait
 tail -qn1 /tmp/batch/gpu_tests*.log 2>/dev/null
-find /tmp/batch -path "/tmp/batch/kb-audit*" -name "*.png" -delete  # the records and result.json files are the evidence
+find /tmp/batch \( -path "/tmp/batch/kb-audit*" -o -path "/tmp/batch/beside-audit*" \) -name "*.png" -delete  # the records and result.json files are the evidence
 tar -czf "$OUT/batch.tar.gz" -C /tmp/batch .
 ls -la "$OUT"

@@ -1,0 +1,126 @@
+"""benchmarks/kernelbench_batch_eval.py (KernelBench's own batch loop over a generation run) and
+benchmarks/batch_beside.py (an audit's cost beside it), on the CPU: KernelBench's evaluation is
+stood in for by a module with its entry point, so the loop itself is what is tested."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import kernelbench_batch_eval as kbe  # noqa: E402
+
+# KernelBench's entry point, its signature kept: runs both models on the CPU and compares.
+FAKE_EVAL = textwrap.dedent('''
+    import os, types
+    import torch
+
+    def eval_kernel_against_ref(original_model_src, custom_model_src, seed_num=42, num_correct_trials=1,
+                                num_perf_trials=10, measure_performance=False, timing_method="cuda_event",
+                                verbose=False, build_dir=None, device=None, backend="cuda",
+                                precision=torch.float32, **kw):
+        ref, new = {}, {}
+        exec(original_model_src, ref)
+        exec(custom_model_src, new)
+        torch.manual_seed(seed_num)
+        x = ref["get_inputs"]()
+        ok = torch.allclose(ref["Model"]()(*x), new["ModelNew"]()(*x))
+        seen = {"trials": (num_correct_trials, num_perf_trials), "timing": timing_method,
+                "cache": os.environ.get("TORCHINDUCTOR_CACHE_DIR")}
+        return types.SimpleNamespace(compiled=True, correctness=ok, runtime=2.0 if ok else -1.0,
+                                     ref_runtime=4.0 if ok else -1.0, metadata=seen)
+''')
+
+PROBLEM = textwrap.dedent('''
+    import torch
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+    def get_inputs():
+        return [torch.randn(8)]
+    def get_init_inputs():
+        return []
+''')
+
+
+def _setup(tmp_path: Path) -> tuple:
+    kb = tmp_path / "kb"
+    (kb / "src" / "kernelbench").mkdir(parents=True)
+    (kb / "src" / "kernelbench" / "eval.py").write_text(FAKE_EVAL)
+    problems = tmp_path / "problems"
+    (problems / "level1").mkdir(parents=True)
+    (problems / "level1" / "7_Double.py").write_text(PROBLEM)
+    run = tmp_path / "run"
+    run.mkdir()
+    tails = {0: "class ModelNew(Model):\n    pass\n",
+             1: "class ModelNew(Model):\n    def forward(self, x):\n        return x * 2 + 1\n",
+             2: "import time\nclass ModelNew(Model):\n    def forward(self, x):\n        time.sleep(600)\n"}
+    for sample, tail in tails.items():
+        (run / f"level_1_problem_7_sample_{sample}_kernel.py").write_text(PROBLEM + tail)
+    (run / "level_1_problem_9_sample_0_kernel.py").write_text(PROBLEM + tails[0])  # no problem file
+    return kb, problems, run
+
+
+def test_each_candidate_is_judged_in_its_own_spawned_process_and_a_hang_is_a_timeout(tmp_path):
+    kb, problems, run = _setup(tmp_path)
+    results = tmp_path / "out" / "kb.jsonl"
+    results.parent.mkdir()
+    recs = kbe.run(kb, run, problems, results, timeout=20.0)
+    by = {r["candidate"]: r for r in recs}
+    assert [r["candidate"] for r in recs] == ["level_1_problem_7_sample_0", "level_1_problem_7_sample_1",
+                                              "level_1_problem_7_sample_2", "level_1_problem_9_sample_0"]
+    ok, wrong, hung, lost = (by[f"level_1_problem_{p}_sample_{s}"] for p, s in ((7, 0), (7, 1), (7, 2), (9, 0)))
+    assert ok["result"] == "correct" and ok["speedup"] == 2.0
+    # KernelBench's batch settings reached its entry point, and the candidate's own compile cache
+    assert ok["metadata"]["trials"] == "(5, 100)" and ok["metadata"]["timing"] == "cuda_event"
+    assert ok["metadata"]["cache"].endswith("level_1_problem_7_sample_0_kernel/inductor")
+    assert wrong["result"] == "incorrect" and wrong["speedup"] is None
+    assert hung["result"] == "timeout" and 20.0 <= hung["wall_s"] < 60.0
+    assert lost["result"] == "no-problem" and "level1/9_*.py" in lost["error"]
+    # every record is on disk, one line each, as it ended
+    assert [json.loads(line)["candidate"] for line in results.read_text().splitlines()] == [r["candidate"] for r in recs]
+
+
+def test_no_candidate_starts_once_the_budget_is_spent(tmp_path):
+    kb, problems, run = _setup(tmp_path)
+    assert kbe.run(kb, run, problems, tmp_path / "kb.jsonl", timeout=20.0, budget=0.0) == []
+
+
+def _audit(tmp_path: Path) -> Path:
+    audit = tmp_path / "audit"
+    audit.mkdir()
+    (audit / "audit.json").write_text(json.dumps({"wall_seconds": 40.0, "slots": 1}))
+    rows = [("level_1_problem_7_sample_0", 0, 1, False, "inconclusive", 10.0),
+            ("level_1_problem_7_sample_0", 0, 2, True, "supported", 14.0),
+            ("level_1_problem_7_sample_1", 1, 1, True, "supported", 30.0),
+            ("level_1_problem_7_sample_2", 2, 1, True, "invalid", 2.0)]
+    (audit / "candidates.jsonl").write_text("".join(
+        json.dumps({"candidate": c, "problem": 7, "sample": s, "attempt": a, "final": f, "verdict": v,
+                    "seconds": sec}) + "\n" for c, s, a, f, v, sec in rows))
+    return audit
+
+
+def test_the_table_sets_each_candidates_attempts_beside_kernelbenchs_wall(tmp_path):
+    audit = _audit(tmp_path)
+    kb = tmp_path / "kb.jsonl"
+    kb.write_text("".join(json.dumps({"candidate": c, "result": r, "wall_s": w}) + "\n" for c, r, w in (
+        ("level_1_problem_7_sample_0", "correct", 12.0), ("level_1_problem_7_sample_1", "correct", 20.0),
+        ("level_1_problem_7_sample_9", "correct", 5.0))))
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "batch_beside.py"), str(audit), str(kb),
+                          "--kinds", "0=identity,1=torch.compile,2=wrong"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = {line.split(" | ")[0].strip("| "): line for line in out.splitlines() if line.startswith("| ")}
+    # the identity's two attempts (10 + 14 s) against KernelBench's 12 s
+    assert rows["identity"] == "| identity | 1 | 24.0 | 12.0 | 24.0 | 12.0 | 2.00 |"
+    assert rows["**all**"] == "| **all** | 2 | 54.0 | 32.0 | 27.0 | 16.0 | 1.69 |"
+    assert rows["level_1_problem_7_sample_0"] == "| level_1_problem_7_sample_0 | supported | 2 | 24.0 | correct | 12.0 | 2.00 |"
+    assert "Left out, not finished by both: level_1_problem_7_sample_2, level_1_problem_7_sample_9." in out
+
+
+def test_a_folder_that_is_no_audit_is_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "batch_beside.py"), str(tmp_path),
+                           str(tmp_path / "kb.jsonl")], capture_output=True, text=True)
+    assert proc.returncode == 2 and "not an audit folder" in proc.stderr and "Traceback" not in proc.stderr
