@@ -8,6 +8,7 @@ candidate, and prints:
 * by kind of candidate (``--kinds``, a sample number to a name): the candidates both
   finished, the seconds each spent on them in total and a candidate's median, and the ratio
   of the totals;
+* by problem: the same totals over its candidates that both finished;
 * candidate by candidate: expkit's final verdict, its attempts and their seconds (a retry
   included), KernelBench's result and its seconds, and their ratio.
 
@@ -19,6 +20,10 @@ fork server's imports) is in its wall, not in any candidate's seconds; KernelBen
 pays its start once per candidate.
 
     python benchmarks/batch_beside.py AUDIT KB.jsonl --kinds 0=identity,1=torch.compile,2=wrong
+    python benchmarks/batch_beside.py AUDIT1 KB1.jsonl AUDIT2 KB2.jsonl ...   # several calls
+
+With several calls it prints one table instead: each problem whose every candidate both
+finished in one call (the last such call), and the totals over those problems.
 """
 
 from __future__ import annotations
@@ -79,6 +84,11 @@ def table(audit: Path, kb_path: Path, kinds: Dict[int, str]) -> str:
     b_all = sum(float(theirs[k]["wall_s"]) for k in both)
     lines.append(f"| **all** | {len(both)} | {e_all:.1f} | {b_all:.1f} | {_median([ours[k]['seconds'] for k in both])} "
                  f"| {_median([float(theirs[k]['wall_s']) for k in both])} | {_ratio(e_all, b_all)} |")
+    lines += ["", "| problem | candidates | expkit s | KernelBench s | expkit / KernelBench |", "|---:|---:|---:|---:|---:|"]
+    for problem in sorted({ours[k]["problem"] for k in both}):
+        ks = [k for k in both if ours[k]["problem"] == problem]
+        e, b = sum(ours[k]["seconds"] for k in ks), sum(float(theirs[k]["wall_s"]) for k in ks)
+        lines.append(f"| {problem} | {len(ks)} | {e:.1f} | {b:.1f} | {_ratio(e, b)} |")
     only = sorted((set(ours) | set(theirs)) - set(both))
     lines += ["", f"The audit's wall: {float(plan.get('wall_seconds') or 0):.1f} s for {len(ours)} candidates with a "
               f"final verdict ({plan.get('slots')} workers at a time), its own start included. "
@@ -92,21 +102,48 @@ def table(audit: Path, kb_path: Path, kinds: Dict[int, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def combined(pairs: List[Tuple[Path, Path]]) -> str:
+    """Over several calls, each a (audit, KernelBench records) pair: every problem whose every
+    candidate both finished in one call, from the last such call, and the totals over them."""
+    rows: Dict[int, Tuple[int, int, float, float]] = {}
+    for i, (audit, kb_path) in enumerate(pairs, 1):
+        ours, theirs = audit_candidates(audit), kernelbench_candidates(kb_path)
+        for problem in {o["problem"] for o in ours.values()}:
+            ks = [k for k, o in ours.items() if o["problem"] == problem]
+            if all(k in theirs for k in ks):
+                rows[problem] = (i, len(ks), sum(ours[k]["seconds"] for k in ks),
+                                 sum(float(theirs[k]["wall_s"]) for k in ks))
+    lines = ["| problem | call | candidates | expkit s | KernelBench s | expkit / KernelBench |",
+             "|---:|---:|---:|---:|---:|---:|"]
+    for problem, (call, n, e, b) in sorted(rows.items()):
+        lines.append(f"| {problem} | {call} | {n} | {e:.1f} | {b:.1f} | {_ratio(e, b)} |")
+    n = sum(r[1] for r in rows.values())
+    e, b = sum(r[2] for r in rows.values()), sum(r[3] for r in rows.values())
+    lines.append(f"| **{len(rows)} problems** | | {n} | {e:.1f} | {b:.1f} | {_ratio(e, b)} |")
+    lines += ["", f"A candidate, on average: expkit {e / max(n, 1):.1f} s, KernelBench {b / max(n, 1):.1f} s."]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("audit", type=Path)
     ap.add_argument("kernelbench", type=Path, help="kernelbench_batch_eval.py's JSONL")
+    ap.add_argument("more", type=Path, nargs="*", help="more AUDIT KB.jsonl pairs, one a call: the combined table")
     ap.add_argument("--kinds", default="", help="sample=name pairs, comma-separated")
     args = ap.parse_args(argv)
-    if not (args.audit / "audit.json").is_file() or not (args.audit / "candidates.jsonl").is_file():
-        ap.error(f"{args.audit}: not an audit folder (no audit.json and candidates.jsonl; expkit audit writes them)")
-    if not args.kernelbench.is_file():
-        ap.error(f"{args.kernelbench}: no such file (kernelbench_batch_eval.py --results writes it)")
+    if len(args.more) % 2:
+        ap.error("give an AUDIT and a KernelBench JSONL for every call")
+    pairs = [(args.audit, args.kernelbench)] + list(zip(args.more[::2], args.more[1::2]))
+    for audit, kb_path in pairs:
+        if not (audit / "audit.json").is_file() or not (audit / "candidates.jsonl").is_file():
+            ap.error(f"{audit}: not an audit folder (no audit.json and candidates.jsonl; expkit audit writes them)")
+        if not kb_path.is_file():
+            ap.error(f"{kb_path}: no such file (kernelbench_batch_eval.py --results writes it)")
     try:
         kinds = {int(a): b for a, b in (p.split("=", 1) for p in args.kinds.split(",") if p)}
     except ValueError:
         ap.error(f"--kinds {args.kinds!r}: give sample=name pairs, as 0=identity,1=torch.compile")
-    print(table(args.audit, args.kernelbench, kinds), end="")
+    print(table(args.audit, args.kernelbench, kinds) if len(pairs) == 1 else combined(pairs), end="")
 
 
 if __name__ == "__main__":

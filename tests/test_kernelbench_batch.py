@@ -117,6 +117,7 @@ def test_the_table_sets_each_candidates_attempts_beside_kernelbenchs_wall(tmp_pa
     assert rows["identity"] == "| identity | 1 | 24.0 | 12.0 | 24.0 | 12.0 | 2.00 |"
     assert rows["**all**"] == "| **all** | 2 | 54.0 | 32.0 | 27.0 | 16.0 | 1.69 |"
     assert rows["level_1_problem_7_sample_0"] == "| level_1_problem_7_sample_0 | supported | 2 | 24.0 | correct | 12.0 | 2.00 |"
+    assert "| 7 | 2 | 54.0 | 32.0 | 1.69 |" in out  # by problem
     assert "Left out, not finished by both: level_1_problem_7_sample_2, level_1_problem_7_sample_9." in out
 
 
@@ -124,3 +125,18 @@ def test_a_folder_that_is_no_audit_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "batch_beside.py"), str(tmp_path),
                            str(tmp_path / "kb.jsonl")], capture_output=True, text=True)
     assert proc.returncode == 2 and "not an audit folder" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_over_several_calls_a_problem_counts_where_both_finished_every_candidate(tmp_path):
+    first, second = tmp_path / "1", tmp_path / "2"
+    first.mkdir(), second.mkdir()
+    audit1, audit2 = _audit(first), _audit(second)
+    kb1, kb2 = first / "kb.jsonl", second / "kb.jsonl"
+    names = ["level_1_problem_7_sample_0", "level_1_problem_7_sample_1", "level_1_problem_7_sample_2"]
+    kb1.write_text("".join(json.dumps({"candidate": c, "result": "correct", "wall_s": 10.0}) + "\n" for c in names))
+    kb2.write_text(json.dumps({"candidate": names[0], "result": "correct", "wall_s": 10.0}) + "\n")  # cut short
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "batch_beside.py"), str(audit1), str(kb1),
+                          str(audit2), str(kb2)], capture_output=True, text=True, check=True).stdout
+    # problem 7 from the first call, where KernelBench finished all three: 24 + 30 + 2 s against 30 s
+    assert "| 7 | 1 | 3 | 56.0 | 30.0 | 1.87 |" in out
+    assert "| **1 problems** | | 3 | 56.0 | 30.0 | 1.87 |" in out
