@@ -2,7 +2,7 @@
 # One device call: install the wheels the GPU image lacks, run the GPU tests and the GPU
 # examples, and pack every output into $OUT/batch.tar.gz (the device returns at most 8 files).
 # Usage on the device machine, from the repository root:  bash scripts/device_batch.sh [STEPS...]
-# Steps: tests examples bench suite2 kb-audit kb-beside kb-ab (default: tests examples bench; suite2 needs two GPUs).
+# Steps: tests examples bench suite2 kb-audit kb-beside warm-start kb-ab (default: tests examples bench; suite2 needs two GPUs).
 # GPU_TESTS narrows the tests step (default: every test marked gpu); GPUS_TESTS picks its GPU;
 # TESTS_BESIDE=1 runs it beside the steps after it (give those other GPUs), for at most TESTS_SECONDS
 # (default 540). GPU_TESTS_SPLIT="files A;files B" runs group i on the i-th GPU of GPUS_TESTS, side
@@ -104,6 +104,11 @@ for step in $steps; do
       rm -rf /tmp/batch/beside-kb-work /tmp/batch/beside-audit/.cache  # compile caches, not evidence
       python3 benchmarks/batch_beside.py /tmp/batch/beside-audit /tmp/batch/beside-kb.jsonl \
         --kinds 0=identity,1=torch.compile,2=wrong 2>&1 | tee /tmp/batch/beside.md ;;
+    warm-start)
+      # A compiled candidate's first call in fresh processes, its cache warm, with and without
+      # torch.compile's stack imported first (benchmarks/compiled_warm_start.py).
+      python3 benchmarks/compiled_warm_start.py --device cuda --warm "${WARM_PROCESSES:-4}" \
+        --out /tmp/batch/warm-start.json 2>&1 | tee /tmp/batch/warm-start.md ;;
     kb-ab)
       python3 benchmarks/kernelbench_generation_run.py .kernelbench --level 1 --problems "${KB_AB:-1,40,19}" \
         --out /tmp/kb/runs/ab > /tmp/batch/kb-ab-generate.log 2>&1
