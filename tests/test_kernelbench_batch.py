@@ -68,7 +68,7 @@ def test_each_candidate_is_judged_in_its_own_spawned_process_and_a_hang_is_a_tim
     kb, problems, run = _setup(tmp_path)
     results = tmp_path / "out" / "kb.jsonl"
     results.parent.mkdir()
-    recs = kbe.run(kb, run, problems, results, timeout=20.0)
+    recs = kbe.run(kb, run, problems, results, timeout=30.0)  # room for a spawn on a busy host
     by = {r["candidate"]: r for r in recs}
     assert [r["candidate"] for r in recs] == ["level_1_problem_7_sample_0", "level_1_problem_7_sample_1",
                                               "level_1_problem_7_sample_2", "level_1_problem_9_sample_0"]
@@ -78,7 +78,7 @@ def test_each_candidate_is_judged_in_its_own_spawned_process_and_a_hang_is_a_tim
     assert ok["metadata"]["trials"] == "(5, 100)" and ok["metadata"]["timing"] == "cuda_event"
     assert ok["metadata"]["cache"].endswith("level_1_problem_7_sample_0_kernel/inductor")
     assert wrong["result"] == "incorrect" and wrong["speedup"] is None
-    assert hung["result"] == "timeout" and 20.0 <= hung["wall_s"] < 60.0
+    assert hung["result"] == "timeout" and 30.0 <= hung["wall_s"] < 90.0
     assert lost["result"] == "no-problem" and "level1/9_*.py" in lost["error"]
     # every record is on disk, one line each, as it ended
     assert [json.loads(line)["candidate"] for line in results.read_text().splitlines()] == [r["candidate"] for r in recs]
