@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -55,6 +56,12 @@ def audit_candidates(audit: Path) -> Dict[str, Dict[str, Any]]:
 def kernelbench_candidates(path: Path) -> Dict[str, Dict[str, Any]]:
     """The last record of each candidate in ``kernelbench_batch_eval.py``'s JSONL."""
     return {r["candidate"]: r for r in _jsonl(path)}
+
+
+def _problem(candidate: str) -> Optional[int]:
+    """The problem number in a candidate's name (``level_1_problem_7_sample_0``)."""
+    found = re.search(r"_problem_(\d+)_", candidate)
+    return int(found.group(1)) if found else None
 
 
 def _ratio(a: float, b: float) -> str:
@@ -109,8 +116,8 @@ def combined(pairs: List[Tuple[Path, Path]]) -> str:
     for i, (audit, kb_path) in enumerate(pairs, 1):
         ours, theirs = audit_candidates(audit), kernelbench_candidates(kb_path)
         for problem in {o["problem"] for o in ours.values()}:
-            ks = [k for k, o in ours.items() if o["problem"] == problem]
-            if all(k in theirs for k in ks):
+            ks = [k for k in set(ours) | set(theirs) if _problem(k) == problem]
+            if all(k in ours and k in theirs for k in ks):
                 rows[problem] = (i, len(ks), sum(ours[k]["seconds"] for k in ks),
                                  sum(float(theirs[k]["wall_s"]) for k in ks))
     lines = ["| problem | call | candidates | expkit s | KernelBench s | expkit / KernelBench |",

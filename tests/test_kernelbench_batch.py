@@ -140,3 +140,15 @@ def test_over_several_calls_a_problem_counts_where_both_finished_every_candidate
     # problem 7 from the first call, where KernelBench finished all three: 24 + 30 + 2 s against 30 s
     assert "| 7 | 1 | 3 | 56.0 | 30.0 | 1.87 |" in out
     assert "| **1 problems** | | 3 | 56.0 | 30.0 | 1.87 |" in out
+
+
+def test_a_problem_the_audit_left_unfinished_is_not_counted_as_complete(tmp_path):
+    audit = _audit(tmp_path)
+    lines = [line for line in (audit / "candidates.jsonl").read_text().splitlines() if "sample_2" not in line]
+    (audit / "candidates.jsonl").write_text("\n".join(lines) + "\n")  # the audit never finished sample 2
+    kb = tmp_path / "kb.jsonl"
+    kb.write_text("".join(json.dumps({"candidate": f"level_1_problem_7_sample_{s}", "result": "correct", "wall_s": 10.0})
+                          + "\n" for s in range(3)))
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "batch_beside.py"), str(audit), str(kb),
+                          str(audit), str(kb)], capture_output=True, text=True, check=True).stdout
+    assert "| **0 problems** | | 0 | 0.0 | 0.0 | - |" in out
