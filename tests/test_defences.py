@@ -642,6 +642,45 @@ def test_hooked_device_runs_the_per_call_hook_outside_the_cuda_events():
     assert per_call == pytest.approx(10 * US, rel=0.3)  # the hook's 40 us are not in it
 
 
+def test_a_blocks_salt_draws_grow_with_its_calls_not_with_its_input_sets():
+    """The parent's clock takes the harness's work a call from the baseline: a block's salts
+    must cost in proportion to its calls, or a side running fewer calls a block (an honest,
+    slower candidate) carries the rest of a fixed cost into its gaps."""
+    import numpy as np
+
+    sets = [(torch.randn(4096),) for _ in range(4)]
+    fresh = FreshInputs(sets, "salt", random.Random(0))
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner, self.drawn = inner, 0
+
+        def random(self, shape):
+            self.drawn += shape[0]
+            return self.inner.random(shape)
+
+    drawn = {}
+    for calls in (4, 8, 64):
+        fresh.begin_block(7)
+        fresh._gen = counter = Counting(fresh._gen)
+        for _ in range(calls):
+            fresh.take()
+        drawn[calls] = counter.drawn
+    # four calls on four sets draw a few salts a set, not a batch of a thousand each
+    assert drawn[4] <= 4 * 4 and drawn[8] <= 2 * drawn[4] + 4 * 4 and drawn[64] <= 4 * 64
+    assert isinstance(fresh._gen.inner, np.random.Generator)
+
+
+def test_a_replayed_take_has_the_inputs_of_the_blocks_take_whatever_the_refills():
+    sets = [(torch.randn(512),) for _ in range(3)]
+    fresh = FreshInputs([tuple(t.clone() for t in s) for s in sets], "salt", random.Random(0))
+    fresh.begin_block(11)
+    taken = [tuple(t.clone() for t in fresh.take()[0]) for _ in range(40)]  # several refills a set
+    for k in (1, 2, 9, 40):
+        again = FreshInputs.replay(sets, "salt", 11, k)
+        assert all(torch.equal(a, b) for a, b in zip(again, taken[k - 1]))
+
+
 def test_salt_draws_stay_in_bounds_and_never_copy_an_element_onto_itself():
     import numpy as np
 
