@@ -25,10 +25,9 @@ FRESH_MODES = ("salt", "regenerate", "off")
 #: Salt draws made at once per input set: a refill took about 60 us on the 2-core machine, 0.06 us a draw.
 SALT_BATCH = 1024
 #: A block's first refill of each set draws this many, and each later one twice the last, up to
-#: ``SALT_BATCH``: a block's salts then cost in proportion to its calls. A full batch per set and
-#: block was a fixed cost a block, which the parent's clock, calibrating the harness's work a call
-#: on the baseline, left in the gaps of a side that ran fewer calls a block than the baseline
-#: (an honest but slower candidate: evidence/defences/outside-clock-compiled-cpu/).
+#: ``SALT_BATCH``, so a block's salts cost in proportion to its calls. The parent's clock credits
+#: the harness's work a call (:mod:`.outside_clock`): a fixed cost a block would count against the
+#: side that runs fewer calls a block, an honest candidate slower than its baseline.
 SALT_FIRST = 4
 #: The integer dtype of each element width, to copy an element's bits whatever it holds.
 _INT_OF_WIDTH = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
