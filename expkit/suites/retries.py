@@ -196,12 +196,12 @@ class Retries:
             return self._keep(name, f"measured {attempt} time(s), the most --retries {self.retries} allows")
         nxt = self.next_step(result, step)
         if nxt is None:
+            if _inconclusive_cases(result) != []:
+                return self._keep(name, f"its interval is not the processes' spread, and {step.preset} is the "
+                                        "last preset")
             first = str(next(iter(result.get("reasons") or []), "") or "")
-            why = (f"every case was settled, and more measurement does not change why it is inconclusive"
-                   + (f": {first[:160]}" if first else "")
-                   if _inconclusive_cases(result) == [] else f"its interval is not the processes' spread, and "
-                   f"{step.preset} is the last preset")
-            return self._keep(name, why)
+            return self._keep(name, "every case was settled, and more measurement does not change why it is "
+                                    "inconclusive" + (f": {first[:160]}" if first else ""))
         predicted = self.predict(result, seconds, step, nxt)
         left = None if self.budget is None else self.budget - self.spent - sum(self.committed.values())
         if left is not None and predicted > left:
