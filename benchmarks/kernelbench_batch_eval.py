@@ -46,6 +46,8 @@ from typing import Any, Dict, List, Optional, Sequence
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from kernelbench_common import level_dir  # noqa: E402
+
 #: KernelBench's ``scripts/eval_from_generations.py`` defaults (``EvalConfig``).
 CORRECT_TRIALS, PERF_TRIALS, TIMEOUT_S, SEED = 5, 100, 180.0, 42
 
@@ -59,8 +61,9 @@ def candidates(run: Path) -> List[Path]:
 
 
 def problem_file(problems: Path, level: int, number: int) -> Optional[Path]:
-    """``PROBLEMS/level{L}/{number}_*.py``: the reference the candidate was generated for."""
-    hits = sorted((Path(problems) / f"level{level}").glob(f"{number}_*.py"))
+    """``{number}_*.py`` in the level's folder (:func:`kernelbench_common.level_dir`: either
+    layout): the reference the candidate was generated for."""
+    hits = sorted(level_dir(problems, level).glob(f"{number}_*.py"))
     return hits[0] if hits else None
 
 
@@ -153,6 +156,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds a candidate (default: KernelBench's 180)")
     ap.add_argument("--budget", type=float, help="start no candidate after this many seconds")
     args = ap.parse_args(argv)
+    if not (args.kb / "src" / "kernelbench" / "eval.py").is_file():
+        ap.error(f"{args.kb}: no src/kernelbench/eval.py (copy KernelBench's src/kernelbench there)")
+    if not args.run.is_dir() or not candidates(args.run):
+        ap.error(f"{args.run}: no level_L_problem_P_sample_S_kernel.py files (kernelbench_generation_run.py writes them)")
     import torch
 
     name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device"

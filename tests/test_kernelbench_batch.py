@@ -152,3 +152,13 @@ def test_a_problem_the_audit_left_unfinished_is_not_counted_as_complete(tmp_path
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "batch_beside.py"), str(audit), str(kb),
                           str(audit), str(kb)], capture_output=True, text=True, check=True).stdout
     assert "| **0 problems** | | 0 | 0.0 | 0.0 | - |" in out
+
+
+def test_a_kernelbench_folder_or_run_that_is_not_there_is_one_line(tmp_path):
+    kb, problems, run = _setup(tmp_path)
+    script = str(ROOT / "benchmarks" / "kernelbench_batch_eval.py")
+    for args, says in (([str(tmp_path), str(run)], "no src/kernelbench/eval.py"),
+                       ([str(kb), str(tmp_path / "none")], "no level_L_problem_P_sample_S_kernel.py files")):
+        proc = subprocess.run([sys.executable, script, *args, "--problems-dir", str(problems),
+                               "--results", str(tmp_path / "r.jsonl")], capture_output=True, text=True)
+        assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
