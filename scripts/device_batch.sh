@@ -2,7 +2,7 @@
 # One device call: install the wheels the GPU image lacks, run the GPU tests and the GPU
 # examples, and pack every output into $OUT/batch.tar.gz (the device returns at most 8 files).
 # Usage on the device machine, from the repository root:  bash scripts/device_batch.sh [STEPS...]
-# Steps: tests examples bench suite2 kb-audit kb-beside warm-start kb-ab (default: tests examples bench; suite2 needs two GPUs).
+# Steps: tests examples bench suite2 kb-audit kb-beside warm-start audit-ab kb-ab (default: tests examples bench; suite2 needs two GPUs).
 # GPU_TESTS narrows the tests step (default: every test marked gpu); GPUS_TESTS picks its GPU;
 # TESTS_BESIDE=1 runs it beside the steps after it (give those other GPUs), for at most TESTS_SECONDS
 # (default 540). GPU_TESTS_SPLIT="files A;files B" runs group i on the i-th GPU of GPUS_TESTS, side
@@ -106,9 +106,27 @@ for step in $steps; do
         --kinds 0=identity,1=torch.compile,2=wrong 2>&1 | tee /tmp/batch/beside.md ;;
     warm-start)
       # A compiled candidate's first call in fresh processes, its cache warm, with and without
-      # torch.compile's stack imported first (benchmarks/compiled_warm_start.py).
+      # torch.compile's stack imported first (benchmarks/compiled_warm_start.py): WARM_STACK (default
+      # its own), WARM_SIZES (default its own), WARM_TAG names the files (warm-start<TAG>.{md,json}).
       python3 benchmarks/compiled_warm_start.py --device cuda --warm "${WARM_PROCESSES:-4}" \
-        --out /tmp/batch/warm-start.json 2>&1 | tee /tmp/batch/warm-start.md ;;
+        ${WARM_STACK:+--stack "$WARM_STACK"} ${WARM_SIZES:+--sizes "$WARM_SIZES"} \
+        --out "/tmp/batch/warm-start${WARM_TAG:-}.json" 2>&1 | tee "/tmp/batch/warm-start${WARM_TAG:-}.md" ;;
+    audit-ab)
+      # `expkit audit` of the same candidates from .ab-before/ (the snapshot before a change; carry
+      # it) and from this tree, alternating, AB_ROUNDS (default 2) rounds (benchmarks/audit_ab.py):
+      # the problems AUDIT_AB (default 1,40), their samples AUDIT_AB_SAMPLES (default 0,1: identity
+      # and torch.compile), on GPU 0, for at most AUDIT_AB_SECONDS (default 500).
+      mkdir -p /tmp/kb && cp -r .kernelbench/KernelBench /tmp/kb/KernelBench
+      python3 benchmarks/kernelbench_generation_run.py .kernelbench --level 1 --problems "${AUDIT_AB:-1,40}" \
+        --out /tmp/kb/runs/audit-ab > /tmp/batch/audit-ab-generate.log 2>&1
+      for f in /tmp/kb/runs/audit-ab/*_kernel.py; do
+        s=${f##*_sample_}; s=${s%%_*}
+        [[ ",${AUDIT_AB_SAMPLES:-0,1}," == *",$s,"* ]] || rm "$f"
+      done
+      CUDA_VISIBLE_DEVICES=0 timeout "${AUDIT_AB_SECONDS:-500}" python3 benchmarks/audit_ab.py .ab-before /tmp/kb/runs/audit-ab --out /tmp/batch/audit-ab \
+        --rounds "${AB_ROUNDS:-2}" -- --problems /tmp/kb/KernelBench --allow-baseline-ops --timeout 180 \
+        2>&1 | tee /tmp/batch/audit-ab.md
+      find /tmp/batch/audit-ab -name .cache -type d -prune -exec rm -rf {} + ;;
     kb-ab)
       python3 benchmarks/kernelbench_generation_run.py .kernelbench --level 1 --problems "${KB_AB:-1,40,19}" \
         --out /tmp/kb/runs/ab > /tmp/batch/kb-ab-generate.log 2>&1
@@ -151,6 +169,6 @@ k(Path(sys.argv[1]), Path(sys.argv[2]), problems=Path(".kernelbench/KernelBench"
 done
 wait
 tail -qn1 /tmp/batch/gpu_tests*.log 2>/dev/null
-find /tmp/batch \( -path "/tmp/batch/kb-audit*" -o -path "/tmp/batch/beside-audit*" \) -name "*.png" -delete  # the records and result.json files are the evidence
+find /tmp/batch \( -path "/tmp/batch/kb-audit*" -o -path "/tmp/batch/beside-audit*" -o -path "/tmp/batch/audit-ab*" \) -name "*.png" -delete  # the records and result.json files are the evidence
 tar -czf "$OUT/batch.tar.gz" -C /tmp/batch .
 ls -la "$OUT"
