@@ -5,7 +5,10 @@
 Patches ``SideBench.block`` in this process before the run starts; the workers fork from it
 and inherit the patch. Each worker appends one line a block to ``OUT_DIR/parts-<pid>.jsonl``:
 its role, the block's calls, and the reply's ``timed``, ``untimed``, ``checks``, ``commit``
-and ``wall`` seconds. Prints each role's medians, a request's and a call's.
+and ``wall`` seconds. Prints each role's medians, a request's and a call's. Where the sides ran
+different calls a request, it also splits the harness's work (``untimed`` + ``commit``, medians) into
+a part a call and a part a request, assuming both sides' harness work is that same line, and prints
+what the parent's clock (``result.json``) credited the candidate against what its harness took.
 """
 
 import json
@@ -41,3 +44,20 @@ for role in ("baseline", "candidate"):
     per = {k: statistics.median((r[k] or 0.0) / r["number"] for r in rs) * 1e6 for k in ("untimed", "commit")}
     print(f"{role}: {len(rs)} blocks; ms a request: " + ", ".join(f"{k} {v:.3f}" for k, v in med.items())
           + "; us a call: " + ", ".join(f"{k} {v:.1f}" for k, v in per.items()))
+
+med = {}
+for role in ("baseline", "candidate"):
+    rs = [r for r in rows if r["role"] == role]
+    med[role] = (statistics.median(r["number"] for r in rs),
+                 statistics.median((r["untimed"] or 0.0) + (r["commit"] or 0.0) for r in rs))
+(nb, hb), (nc, hc) = med["baseline"], med["candidate"]
+clock = json.loads((OUT / "run" / "result.json").read_text())["defences"]["outside_clock"]["default"]
+line = (f"calls a request {nb:g} (baseline) and {nc:g} (candidate); harness ms a request {hb * 1e3:.3f} and "
+        f"{hc * 1e3:.3f}; the clock's floor {clock['floor_per_call_s'] * 1e6:.1f} us a call; quartile excess "
+        f"{clock['excess_s'] * 1e3:.3f} ms, median excess {clock['median_excess_s'] * 1e3:.3f} ms, allowed "
+        f"{clock['allowed_s'] * 1e3:.3f} ms")
+if nb != nc:
+    per = (hb - hc) / (nb - nc)
+    line += (f"; split: {per * 1e6:.1f} us a call + {(hb - nb * per) * 1e3:.3f} ms a request; the candidate's "
+             f"harness less the floor's credit: {(hc - nc * clock['floor_per_call_s']) * 1e3:.3f} ms")
+print(line)
