@@ -671,6 +671,34 @@ def test_a_blocks_salt_draws_grow_with_its_calls_not_with_its_input_sets():
     assert isinstance(fresh._gen.inner, np.random.Generator)
 
 
+def test_a_blocks_first_salt_draws_are_made_as_it_begins_and_are_those_its_takes_would_make():
+    """The block's start is among its checks, which the parent's clock leaves out of the work a
+    call: the first draws of every set are made there, not around the block's first calls."""
+    import numpy as np
+
+    def sets():
+        g = torch.Generator().manual_seed(3)
+        return [(torch.randn(256, generator=g),) for _ in range(4)]
+
+    early = FreshInputs(sets(), "salt", random.Random(0))
+    early.begin_block(7)
+    drawn = []
+    inner = early._gen
+    early._gen = type("Counting", (), {"random": lambda self, shape: drawn.append(shape[0]) or inner.random(shape)})()
+    first = [tuple(t.clone() for t in early.take()[0]) for _ in range(4)]  # one take of each set
+    assert drawn == []
+    later = [tuple(t.clone() for t in early.take()[0]) for _ in range(36)]  # and refills after them
+    assert drawn  # the later refills are still made as the takes need them
+
+    lazy = FreshInputs(sets(), "salt", random.Random(0))  # the same block, every draw made as a take needs it
+    lazy.begin_block(7)
+    lazy._gen = np.random.default_rng(7)
+    lazy._draws = [iter(()) for _ in lazy.sets]
+    lazy._refills = [0] * len(lazy.sets)
+    expected = [tuple(t.clone() for t in lazy.take()[0]) for _ in range(40)]
+    assert all(torch.equal(a, b) for got, want in zip(first + later, expected) for a, b in zip(got, want))
+
+
 def test_a_replayed_take_has_the_inputs_of_the_blocks_take_whatever_the_refills():
     sets = [(torch.randn(512),) for _ in range(3)]
     fresh = FreshInputs([tuple(t.clone() for t in s) for s in sets], "salt", random.Random(0))
