@@ -118,7 +118,11 @@ UNCONFINED = ("defences.confine=false",)
 UNFROZEN = ("defences.freeze=false",)
 NEEDS = {"batch_then_skip": ("measure.max_seconds=2.0",), "sibling_stop": UNCONFINED + UNFROZEN,
          "idle_spin_cores": UNFROZEN, "sibling_affinity": ("measure.cpu_threads=2",),
-         "idle_spin_pool": ("measure.cpu_threads=2",)}
+         "idle_spin_pool": ("measure.cpu_threads=2",),
+         # Its cheat runs half of each block's calls: a block of one call leaves it none to skip, so
+         # it runs honestly (1.0x, `refuted`). A busy host's slower calls made such blocks at `quick`'s
+         # 2 ms; blocks of 10 ms keep several calls each.
+         "adaptive_fewer_calls": ("measure.min_block_seconds=0.01",)}
 
 #: Cheats refused outright rather than caught: the candidate's confinement (bench/defences/confine.py)
 #: refuses ``sibling_trace``'s tracing, which leaves nothing the parent's watch reads (a stop
