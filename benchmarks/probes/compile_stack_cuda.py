@@ -3,7 +3,8 @@
 A probe that prints, not a test. In a fresh process that imported what a GPU run's worker
 server imports (``preload_for("cuda")``) and set Inductor to compile in-process, it:
 
-1. ``--imports``: imports each of MODULES with torch's CUDA entry points wrapped, and prints
+1. ``--imports``: imports each of MODULES with torch's CUDA entry points wrapped (after
+   ``--preload``'s modules instead of the server's, to find which of them matters), and prints
    every call of one of them, the process's native threads before and after, and the Python
    frames that made it (the last few): which import makes the process unfit to fork from;
 2. ``--profile``: compiles a square matmul into a fresh cache in one process, then in a fresh
@@ -11,6 +12,7 @@ server imports (``preload_for("cuda")``) and set Inductor to compile in-process,
    seconds (those above ``--min`` seconds).
 
     python3 benchmarks/probes/compile_stack_cuda.py --imports --profile
+    PYTORCH_NVML_BASED_CUDA_CHECK=1 python3 benchmarks/probes/compile_stack_cuda.py --imports --preload cupti.cupti
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ IMPORTS = r"""
 import functools, importlib, os, sys, traceback
 from pathlib import Path
 from expkit.bench.sides.preload import preload_for
-for name in preload_for("cuda"):
+first = preload_for("cuda") if sys.argv[2] == "-" else [m for m in sys.argv[2].split(",") if m]
+for name in first:
     try:
         importlib.import_module(name)
     except ImportError:
@@ -37,6 +40,8 @@ for name in preload_for("cuda"):
 from expkit.bench.processes.inductor import compile_in_process
 compile_in_process()
 import torch
+print(f"imported first: {'the worker server preload' if sys.argv[2] == '-' else (sys.argv[2] or 'nothing')}; "
+      f"native threads {len(os.listdir('/proc/self/task'))}")
 threads = lambda: len(os.listdir("/proc/self/task"))
 def wrap(owner, attr):
     fn = getattr(owner, attr, None)
@@ -104,13 +109,15 @@ def main() -> int:
     ap.add_argument("--imports", action="store_true")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--modules", default=MODULES)
+    ap.add_argument("--preload", default="-", help="modules imported before the stack, comma-separated "
+                    "('-': what a GPU run's worker server imports; '': nothing)")
     ap.add_argument("--min", type=float, default=0.2, help="the least cumulative seconds a profiled function shown has")
     a = ap.parse_args()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     if a.imports:
         for name in a.modules.split(","):  # each module in a process of its own
             print(f"## importing {name}")
-            _run(IMPORTS, name, env=env)
+            _run(IMPORTS, name, a.preload, env=env)
     if a.profile:
         with tempfile.TemporaryDirectory() as tmp:
             env = dict(env, TORCHINDUCTOR_CACHE_DIR=f"{tmp}/inductor", TRITON_CACHE_DIR=f"{tmp}/triton")

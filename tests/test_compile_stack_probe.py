@@ -1,0 +1,25 @@
+"""benchmarks/probes/compile_stack_cuda.py: what torch.compile's stack touches on import, run on the CPU."""
+
+import subprocess
+import sys
+
+from repo_scripts import ROOT
+
+
+def _probe(*args: str) -> str:
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "probes" / "compile_stack_cuda.py"), "--imports",
+                          "--modules", "torch._inductor.compile_fx", *args],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_it_names_what_was_imported_first_and_counts_the_threads_around_each_import():
+    text = _probe("--preload", "torch.profiler,no_such_module")
+    assert "## importing torch._inductor.compile_fx" in text
+    assert "imported first: torch.profiler,no_such_module; native threads " in text  # a missing one is skipped
+    assert "torch._inductor.compile_fx: native threads " in text
+
+
+def test_by_default_the_worker_servers_preload_is_imported_first():
+    assert "imported first: the worker server preload;" in _probe()
