@@ -1,9 +1,9 @@
 """The figures README.md and docs/*.md state, each with the evidence files its passage cites.
 
-A passage is a paragraph, a list item or a table row. A figure is a number with a unit (x, %, s,
-ms, us, GiB, ...) or a test count ("1201 passed"). Its sources are the paths into ``evidence/`` the
-passage names, in links or in prose, and old ``benchmarks/results/`` paths mapped to where they are
-now (``scripts/moved_paths.py``). A passage with figures and no source is listed as unsourced: a
+A passage is a paragraph, a list item or a table row. A figure is a number or a range of numbers
+with a unit (x, %, s, ms, us, GiB, times, ...: "3.9-5.3 s") or a test count ("1201 passed"). Its
+sources are the paths into ``evidence/`` the passage names, in links or in prose, and old
+``benchmarks/results/`` paths mapped to where they are now (``scripts/moved_paths.py``). A passage with figures and no source is listed as unsourced: a
 figure to back with a measurement file, or to drop.
 
     python scripts/evidence_index.py README.md docs/*.md            # the tables, markdown
@@ -25,8 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- figures:start -->", "<!-- figures:end -->"
 STUDIES_START, STUDIES_END = "<!-- studies:start -->", "<!-- studies:end -->"
 FIGURE = re.compile(
-    r"(?<![\w.:/-])[-+]?\d[\d,]*(?:\.\d+)?(?:\s?(?:x|×|%|ms|us|µs|ns|s|min|minutes|GiB|MiB|GB|MB|KB|TB/s|GB/s|"
-    r"TFLOP/s|cores?|threads)(?!\w)|\s(?:passed|failed|skipped)\b)|\b\d+ of (?:the )?\d+\b")
+    r"(?<![\w.:/-])[-+]?\d[\d,]*(?:\.\d+)?(?:[-–]\d[\d,]*(?:\.\d+)?)?"
+    r"(?:\s?(?:x|×|%|ms|us|µs|ns|s|min|minutes|GiB|MiB|GB|MB|KB|TB/s|GB/s|"
+    r"TFLOP/s|cores?|threads|times)(?!\w)|\s(?:passed|failed|skipped)\b)|\b\d+ of (?:the )?\d+\b")
 EVIDENCE = re.compile(r"evidence/[\w./:-]*[\w/]")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 

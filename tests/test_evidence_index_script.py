@@ -29,6 +29,11 @@ def test_a_passage_with_a_figure_and_a_link_into_evidence_is_sourced(tmp_path):
     assert rows[0].section == "Cost" and rows[0].line == 3
 
 
+def test_a_range_with_its_unit_is_one_figure(tmp_path):
+    _, rows = _rows(tmp_path, "A first call took 3.9-5.3 s, and audits 1.29-2.41 times as long.\n")
+    assert rows[0].figures == ("3.9-5.3 s", "1.29-2.41 times")
+
+
 def test_an_old_results_path_counts_as_its_new_evidence_file(tmp_path):
     _, rows = _rows(tmp_path, "Speedup 1.94x (`benchmarks/results/cpu-2026-11-27/under_load.md`).\n")
     assert rows[0].sources == ("evidence/defences/busy-host/under_load.md",)
