@@ -76,9 +76,7 @@ def summary(found: Sequence[Dict[str, object]]) -> str:
     ratios = [f"{by[(rnd, 'new', c)] / by[(rnd, 'old', c)]:.2f}" for rnd, t, c in by
               if t == "new" and (rnd, "old", c) in by and by[(rnd, "old", c)] > 0]
     lines.append("new / old, each candidate within its round: " + (", ".join(ratios) or "none"))
-    walls = {}
-    for r in found:
-        walls[(r["round"], r["tree"])] = (r["wall"], r["exit"])
+    walls = {(r["round"], r["tree"]): (r["wall"], r["exit"]) for r in found}
     lines.append("whole commands (round, tree: seconds, exit): " + "; ".join(
         f"{rnd} {t}: {w:.1f} s, {code}" for (rnd, t), (w, code) in walls.items()))  # type: ignore[str-format]
     return "\n".join(lines)
@@ -101,6 +99,10 @@ def main(argv: Sequence[str] = ()) -> int:
     extra = [str(Path(x).resolve()) if not x.startswith("-") and Path(x).exists() else x for x in extra]
     trees = {"old": a.old.resolve(), "new": a.new.resolve()}
     for tree, root in trees.items():
+        if not (root / "expkit").is_dir():
+            print(f"error: {root} holds no expkit/ to audit from (give a checkout: git archive REV | tar -x -C DIR)",
+                  file=sys.stderr)
+            return 2
         where = subprocess.run([sys.executable, "-c", WHERE], cwd=root, capture_output=True, text=True)
         print(f"{tree}: {(where.stdout or where.stderr).strip()}")
     found: List[Dict[str, object]] = []

@@ -74,3 +74,11 @@ def test_an_audit_that_wrote_no_record_is_named_and_the_rest_still_compared(tmp_
     assert "round 1, old: no candidate record" in out.stderr and "(exit 2)" in out.stderr
     assert "| 1 | new | c0 | 10.0 |" in out.stdout
     assert "each candidate within its round: none" in out.stdout
+
+
+def test_a_tree_without_expkit_is_one_line_naming_it(tmp_path):
+    (tmp_path / "empty").mkdir()
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "audit_ab.py"), str(tmp_path / "empty"), "run",
+                          "--out", str(tmp_path / "ab")], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert str(tmp_path / "empty") in out.stderr and "git archive" in out.stderr and "Traceback" not in out.stderr
