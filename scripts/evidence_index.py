@@ -3,8 +3,9 @@
 A passage is a paragraph, a list item or a table row. A figure is a number or a range of numbers
 with a unit (x, %, s, ms, us, GiB, times, ...: "3.9-5.3 s") or a test count ("1201 passed"). Its
 sources are the paths into ``evidence/`` the passage names, in links or in prose, and old
-``benchmarks/results/`` paths mapped to where they are now (``scripts/moved_paths.py``). A passage with figures and no source is listed as unsourced: a
-figure to back with a measurement file, or to drop.
+``benchmarks/results/`` paths mapped to where they are now (``scripts/moved_paths.py``). A passage
+with figures and no source is listed as unsourced: a figure to back with a measurement file, or to
+drop.
 
     python scripts/evidence_index.py README.md docs/*.md            # the tables, markdown
     python scripts/evidence_index.py --write evidence/README.md FILES  # between the index's markers,
