@@ -111,9 +111,13 @@ def main(argv: List[str] | None = None) -> int:
                     help="modules every second warm process imports first, comma-separated")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
+    sizes = [pair.split("=") for pair in args.sizes.split(",")]
+    for got in sizes:
+        if len(got) != 2 or got[0] not in ("matmul", "layernorm") or not got[1].isdigit():
+            ap.error(f"--sizes {args.sizes!r}: give model=size pairs, the models matmul and layernorm "
+                     "(for example matmul=4096,layernorm=256)")
     rows: List[Dict[str, Any]] = []
-    for pair in args.sizes.split(","):
-        kind, n = pair.split("=")
+    for kind, n in sizes:
         with tempfile.TemporaryDirectory() as tmp:
             cache = Path(tmp)
             rows.append({"model": kind, "process": "cold", **child(args.device, kind, int(n), cache, False)})
