@@ -23,3 +23,11 @@ def test_it_names_what_was_imported_first_and_counts_the_threads_around_each_imp
 
 def test_by_default_the_worker_servers_preload_is_imported_first():
     assert "imported first: the worker server preload;" in _probe()
+
+
+def test_a_module_that_cannot_be_imported_is_one_line():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "probes" / "compile_stack_cuda.py"), "--imports",
+                          "--modules", "no_such_stack_module", "--preload", ""],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0 and "Traceback" not in out.stdout + out.stderr
+    assert "no_such_stack_module: cannot be imported here (ModuleNotFoundError" in out.stdout

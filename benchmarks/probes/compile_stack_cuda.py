@@ -61,7 +61,11 @@ for owner, attr in [(torch.cuda, "is_available"), (torch.cuda, "device_count"), 
     wrap(owner, attr)
 for name in sys.argv[1].split(","):
     t = threads()
-    importlib.import_module(name)
+    try:
+        importlib.import_module(name)
+    except ImportError as e:
+        print(f"{name}: cannot be imported here ({type(e).__name__}: {e}); check --modules")
+        continue
     print(f"{name}: native threads {t} -> {threads()}")
 """
 
