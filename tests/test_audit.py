@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
+from expkit.bench.processes.shm_files import PID_FILE, PREFIX, SHM_DIR
 from expkit.core.errors import ExpkitError
 from expkit.manifest.settings import LauncherSettings
 from expkit.report import audit_report as rep
@@ -82,6 +84,11 @@ def test_a_hung_candidate_is_named_at_its_own_line_and_its_workers_output_stays_
     assert "level_1_problem_3_sample_0_kernel.py:" in hung["reason"] and "in forward" in hung["reason"], hung["reason"]
     dumps = list((audited / hung["run_dir"] / "workers").glob("*/*stderr*"))
     assert any("in forward" in p.read_text() for p in dumps), dumps
+    # Killed with their job, the side workers could not remove their shared files (the
+    # candidate's placed inputs among them); the supervisor did, by the pids their folders name.
+    pids = [int(p.read_text()) for p in (audited / hung["run_dir"] / "workers").glob(f"*/{PID_FILE}")]
+    assert len(pids) == 2
+    assert not [f for f in os.listdir(SHM_DIR) if f.startswith(tuple(f"{PREFIX}{p}-" for p in pids))]
     for name, r in finals.items():
         if name != "level_1_problem_3_sample_0":
             assert not (audited / r["run_dir"] / "workers").exists(), name

@@ -9,7 +9,15 @@ import os
 import pytest
 import torch
 
-from expkit.bench.processes.transport import PREFIX, SHM_DIR, Exporter, Importer, pack, unpack
+from expkit.bench.processes.shm_files import PREFIX, SHM_DIR, remove_files_of
+from expkit.bench.processes.transport import Exporter, Importer, pack, unpack
+
+
+def _ours():
+    """This process's shared files. A file named for this pid can predate the test: one left
+    by an earlier process that had the same pid (before the parent removed a crashed
+    worker's files, CI's /dev/shm held such files), so tests compare against a snapshot."""
+    return {f for f in os.listdir(SHM_DIR) if f.startswith(f"{PREFIX}{os.getpid()}-")}
 
 
 def _sums(q_in, q_out):
@@ -20,6 +28,7 @@ def _sums(q_in, q_out):
 
 
 def test_host_tensors_cross_a_process_boundary_with_views_strides_and_dtypes_intact():
+    before = _ours()
     e = Exporter()
     placed = e.place(torch.randn(3, 5))
     assert placed._version == 0  # placed like a freshly built tensor
@@ -34,8 +43,9 @@ def test_host_tensors_cross_a_process_boundary_with_views_strides_and_dtypes_int
     got = qo.get(timeout=60)
     p.join(30)
     assert got == [[float(t.double().sum()), list(t.shape), str(t.dtype)] for t in values]
+    assert _ours() - before  # the placed tensor and the exported copies live in files
     e.release()
-    assert not [f for f in os.listdir(SHM_DIR) if f.startswith(f"{PREFIX}{os.getpid()}-")]
+    assert _ours() <= before
 
 
 def test_a_placed_tensor_is_exported_without_a_copy():
@@ -115,6 +125,7 @@ def test_a_tensor_kept_past_release_still_reads_its_memory():
     when the last such tensor does."""
     import gc
 
+    before = _ours()
     e = Exporter()
     placed = e.place(torch.arange(1 << 16, dtype=torch.float32))
     imp = Importer()
@@ -126,7 +137,7 @@ def test_a_tensor_kept_past_release_still_reads_its_memory():
     gc.collect()
     assert float(kept_by_the_candidate[0][0]) == 100.0
     assert float(kept_by_the_candidate[1].sum()) == float(sum(range(50)))
-    assert not [f for f in os.listdir(SHM_DIR) if f.startswith(f"{PREFIX}{os.getpid()}-")]
+    assert _ours() <= before
 
 
 def test_a_descriptor_opened_twice_gives_the_tensor_opened_first_until_close():
@@ -145,3 +156,31 @@ def test_a_descriptor_opened_twice_gives_the_tensor_opened_first_until_close():
     assert again is not a and torch.equal(again, a)
     imp.close()
     e.release()
+
+
+def _place_and_die(conn):
+    e = Exporter()
+    e.place(torch.arange(256, dtype=torch.float32))
+    conn.send(sorted(e._segments))
+    os._exit(1)  # as a crashed or killed worker: nothing released
+
+
+def test_the_files_of_a_process_that_ended_without_releasing_are_removed_by_its_pid():
+    """A worker that crashes leaves its placed inputs in /dev/shm (memory) until the machine
+    restarts, unless its parent removes them (endpoint.py, as the worker ends); a live
+    process's files are left alone."""
+    ctx = mp.get_context("spawn")
+    got, conn = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_place_and_die, args=(conn,))
+    p.start()
+    assert got.poll(60)
+    (left,) = got.recv()
+    p.join(30)
+    assert p.exitcode == 1 and os.path.exists(left)
+    mine = Exporter()
+    mine.place(torch.ones(4))
+    (kept,) = mine._segments
+    assert remove_files_of([p.pid]) == [left]
+    assert not os.path.exists(left) and os.path.exists(kept)
+    assert remove_files_of([]) == []
+    mine.release()

@@ -64,6 +64,7 @@ from typing import Any, Optional, Sequence, Tuple
 
 from ..bench.processes.diagnose import WORKER_OUTPUT_ENV, diagnose
 from ..bench.processes.lifetime import die_with_parent
+from ..bench.processes.shm_files import remove_files_of_folders
 from ..core.errors import ExpkitError
 from ..core.findings import Finding
 from ..manifest.settings import Settings
@@ -414,6 +415,7 @@ def supervise(job: Job, start: str = "spawn", *, cancel: Any = None) -> Outcome:
             if cancel is not None and cancel.is_set():
                 proc.kill()
                 proc.wait(5)
+                remove_files_of_folders(workers.iterdir())
                 raise KeyboardInterrupt(f"suite interrupted while {job.manifest} ran")
             if time.monotonic() >= deadline:
                 timed_out = True
@@ -427,6 +429,9 @@ def supervise(job: Job, start: str = "spawn", *, cancel: Any = None) -> Outcome:
         proc.kill()
         raise
     wall = time.monotonic() - t0
+    # A side worker left open (the job crashed or was killed) could not remove its shared
+    # files: removed here, once it has died with the job.
+    remove_files_of_folders(workers.iterdir())
     try:
         workers.rmdir()  # empty unless a worker was killed before it closed: its output stays
     except OSError:

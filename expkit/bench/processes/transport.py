@@ -17,6 +17,8 @@ tensors to be judged and the baseline's worker *opens* them; what crosses the ch
 
 The producer keeps every exported tensor alive until :meth:`Exporter.release`; the
 consumer drops its views with :meth:`Importer.close` first (the parent orders the two).
+The files of a producer that ended without releasing (it crashed, or was killed) are
+removed by whoever ended it (:mod:`.shm_files`).
 
 Descriptors carry shape, stride, offset and dtype; an importer builds exactly the
 view that was exported. Only plain ``torch.Tensor`` objects are exported (the
@@ -28,15 +30,13 @@ from __future__ import annotations
 import base64
 import mmap
 import os
-import secrets
-import tempfile
 from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
 from torch.multiprocessing.reductions import rebuild_cuda_tensor, reduce_tensor
 
-SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-PREFIX = "expkit-"
+from .shm_files import PREFIX, SHM_DIR, new_path
+
 
 Descriptor = Dict[str, Any]
 
@@ -98,10 +98,6 @@ WRITE_CHUNK = 256 << 20
 _write = os.write
 
 
-def _new_path() -> str:
-    return os.path.join(SHM_DIR, f"{PREFIX}{os.getpid()}-{secrets.token_hex(8)}")
-
-
 class Exporter:
     """The producing side: place, export, and keep alive until released."""
 
@@ -131,7 +127,7 @@ class Exporter:
                 dense = torch.empty(t.shape, dtype=t.dtype)
             dense.copy_(t.detach())
         nbytes = dense.numel() * dense.element_size()
-        path = _new_path()
+        path = new_path()
         # The bytes are written before any tensor views the file, and not by a torch
         # in-place op: the placed tensor starts at version 0, like a freshly built one.
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -159,7 +155,7 @@ class Exporter:
         found = self._segment_of(t)
         if found is None:
             src = t.detach().contiguous()
-            seg = _Segment(_new_path(), src.numel() * src.element_size(), create=True)
+            seg = _Segment(new_path(), src.numel() * src.element_size(), create=True)
             self._segments[seg.path] = seg
             if src.numel():
                 seg.bytes.view(src.dtype).copy_(src.reshape(-1))

@@ -45,7 +45,7 @@ import time
 import weakref
 from multiprocessing import forkserver
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ...checks.children import descendants
 from ...core.errors import ExpkitError, ManifestError
@@ -53,6 +53,7 @@ from ...core.findings import Finding
 from ..processes.channel import HEADER, KEY_LEN, MAGIC, WORKER, Channel, ChannelError, RemoteError, write_all
 from ..processes.diagnose import WORKER_OUTPUT_ENV, diagnose
 from ..processes.fork_safety import cuda_initialised, fork_is_safe, fork_unsafe_reason
+from ..processes.shm_files import PID_FILE, remove_files_of
 from .preload import preload_for
 from .serve import Server
 from .side import SideBench
@@ -176,6 +177,14 @@ def _stop(proc: Any) -> None:
         wait_exit(proc, 2)
 
 
+def _end(proc: Any, stray: Sequence[int] = ()) -> None:
+    """Stop the worker, then remove the shared files that it, or a process it left, made
+    and could not remove itself (it crashed or was killed: :mod:`..processes.shm_files`)."""
+    _stop(proc)
+    if proc.pid is not None and not proc.is_alive():
+        remove_files_of([proc.pid, *stray])
+
+
 def remote_error(err: Mapping[str, Any]) -> Exception:
     if err.get("type") == "ManifestError":
         return ManifestError(err["path"], err["key"], err["problem"], err.get("fix", ""))
@@ -222,8 +231,11 @@ class WorkerEndpoint:
                 gc.unfreeze()
         req_r.close()
         rep_w.close()
+        # Where a suite's supervisor finds the worker if this process dies before closing
+        # it: the worker's shared files are named for this pid (..processes.shm_files).
+        Path(self._dir, PID_FILE).write_text(str(self.proc.pid))
         self._pipes = (req_w, rep_r)
-        self._finalizer = weakref.finalize(self, _stop, self.proc)
+        self._finalizer = weakref.finalize(self, _end, self.proc)
         key = secrets.token_bytes(KEY_LEN)
         write_all(req_w.fileno(), HEADER.pack(MAGIC, KEY_LEN, 0) + key)
         self.ch = Channel(rep_r.fileno(), req_w.fileno(), key)
@@ -317,6 +329,7 @@ class WorkerEndpoint:
         killed = _kill(stray)
         if killed:
             evidence[f"{self.role}_stray_processes_killed"] = killed
+        _end(self.proc, stray)
         evidence[f"{self.role}_exitcode"] = self.proc.exitcode
         if self.broken is not None and not self.told:
             out.append(Finding(self.broken.check, False, self.broken.message))

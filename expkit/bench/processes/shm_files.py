@@ -1,0 +1,84 @@
+"""The shared files that carry host tensors between workers (:mod:`.transport`): their names,
+and their removal once the process that made them has ended. Imports no torch, so that a
+suite's supervisor can remove a killed run's files.
+
+Each file is named for the process that made it, ``expkit-<pid>-<random>``, in
+``/dev/shm`` (memory, on Linux) or a temporary folder elsewhere. A worker that closes
+removes its own; one that crashed, was killed or ran past its time cannot, and its files
+(its placed input sets: as large as the case's inputs) would hold that memory until the
+machine restarts. Whoever ended it removes them by the pid in their name:
+
+* the worker's parent, as it closes the worker (:mod:`..sides.endpoint`), and
+* a suite's supervisor, for the workers of a manifest process it killed or that died:
+  each worker's output folder names the worker's pid (:data:`PID_FILE`).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterable, List
+
+SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+PREFIX = "expkit-"
+#: In a worker's output folder: the worker's pid, for whoever must clean up after it.
+PID_FILE = "pid"
+
+
+def new_path() -> str:
+    """A new file name for this process."""
+    return os.path.join(SHM_DIR, f"{PREFIX}{os.getpid()}-{secrets.token_hex(8)}")
+
+
+def remove_files_of(pids: Iterable[int]) -> List[str]:
+    """Remove the shared files made by the processes ``pids``, which have ended; the paths removed.
+
+    Only for processes that have ended: a live process's files may be in use. One that has
+    a tensor mapped keeps reading it after its file is removed."""
+    wanted = tuple(f"{PREFIX}{int(p)}-" for p in pids)
+    if not wanted:
+        return []
+    try:
+        names = os.listdir(SHM_DIR)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        if name.startswith(wanted):
+            path = os.path.join(SHM_DIR, name)
+            try:
+                os.unlink(path)
+                removed.append(path)
+            except OSError:  # gone already, or another user's file
+                continue
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a process of another user now has that pid
+        return True
+    return True
+
+
+def remove_files_of_folders(folders: Iterable[Path], wait: float = 2.0) -> List[str]:
+    """Remove the shared files of the workers whose output folders are ``folders`` (each
+    names its worker's pid in :data:`PID_FILE`), once their parent has ended: they die with
+    it (``..lifetime.die_with_parent``), so each is given ``wait`` seconds to be gone, and
+    one still alive then keeps its files."""
+    pids = []
+    for folder in folders:
+        try:
+            pids.append(int((Path(folder) / PID_FILE).read_text()))
+        except (OSError, ValueError):
+            continue
+    deadline = time.monotonic() + wait
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return remove_files_of([p for p in pids if not _alive(p)])
