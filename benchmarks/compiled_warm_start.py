@@ -18,8 +18,11 @@ Inductor hands to cuBLAS, and a LayerNorm, for which it writes Triton kernels):
 Each warm process reports the seconds of each step and the cumulative seconds of the first
 call's main parts (Dynamo's trace, the AOTAutograd cache's load, Inductor's module load, Triton's
 kernel load, imports made during the call). The table is printed and written to ``--out`` as JSON.
+With ``--top SECONDS``, each warm process's first call also lists every function whose
+cumulative time reached SECONDS, for a part the table does not name.
 
     python3 benchmarks/compiled_warm_start.py --device cuda --warm 3 --out warm.json
+    python3 benchmarks/compiled_warm_start.py --device cuda --warm 1 --sizes matmul=4096 --top 0.2
 """
 
 from __future__ import annotations
@@ -82,21 +85,23 @@ t3 = time.perf_counter()
 compiled(*args)
 sync()
 t4 = time.perf_counter()
-parts = {}
+parts, top, least = {}, [], float(sys.argv[7])
 for (path, line, name), row in pstats.Stats(prof).stats.items():
     for part, (suffix, fn) in json.loads(sys.argv[5]).items():
         if name == fn and path.endswith(suffix):
             parts[part] = max(parts.get(part, 0.0), row[3])
+    if least > 0 and row[3] >= least:
+        top.append((row[3], f"{os.path.basename(path)}:{line} {name}"))
 print(json.dumps({"imports": t1 - t0, "context and inputs": t2 - t1, "first call": t3 - t2,
-                  "second call": t4 - t3, "parts": parts, "fork unsafe": unsafe}))
+                  "second call": t4 - t3, "parts": parts, "fork unsafe": unsafe, "top": sorted(top, reverse=True)}))
 """
 
 
-def child(device: str, kind: str, n: int, cache: Path, warm: bool, stack: str = "") -> Dict[str, Any]:
+def child(device: str, kind: str, n: int, cache: Path, warm: bool, stack: str = "", top: float = 0.0) -> Dict[str, Any]:
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), TRITON_CACHE_DIR=str(cache / "triton"),
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-c", CHILD, device, kind, str(n), "warm" if warm else "cold",
-                          json.dumps(PARTS), stack], env=env, capture_output=True, text=True, timeout=600)
+                          json.dumps(PARTS), stack, str(top)], env=env, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         raise SystemExit(f"error: the {kind} process failed:\n{out.stderr[-2000:]}")
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -109,6 +114,8 @@ def main(argv: List[str] | None = None) -> int:
     ap.add_argument("--sizes", default="matmul=4096,layernorm=256", help="model=size pairs")
     ap.add_argument("--stack", default="torch._inductor.compile_fx,torch._inductor.runtime.triton_heuristics",
                     help="modules every second warm process imports first, comma-separated")
+    ap.add_argument("--top", type=float, default=0.0, metavar="SECONDS",
+                    help="also list each warm first call's functions of at least SECONDS cumulative (0: none)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     sizes = [pair.split("=") for pair in args.sizes.split(",")]
@@ -124,7 +131,7 @@ def main(argv: List[str] | None = None) -> int:
             for i in range(args.warm):  # alternately without and with the suite server's compile stack
                 stack = args.stack if i % 2 == 1 else ""
                 rows.append({"model": kind, "process": f"warm {i + 1}, {'with' if stack else 'without'} the stack",
-                             **child(args.device, kind, int(n), cache, True, stack)})
+                             **child(args.device, kind, int(n), cache, True, stack, args.top)})
     cols = ["imports", "context and inputs", "first call", "second call"]
     print("| model | process | " + " | ".join(cols) + " | " + " | ".join(PARTS) + " | fit to fork |")
     print("|---|---|" + "---:|" * (len(cols) + len(PARTS)) + "---|")
@@ -132,6 +139,11 @@ def main(argv: List[str] | None = None) -> int:
         fit = "-" if r["process"] == "cold" else ("yes" if not r.get("fork unsafe") else str(r["fork unsafe"]))
         print(f"| {r['model']} | {r['process']} | " + " | ".join(f"{r[c]:.2f}" for c in cols) + " | "
               + " | ".join(f"{r['parts'][p]:.2f}" if p in r["parts"] else "-" for p in PARTS) + f" | {fit} |")
+    for r in rows:
+        if r.get("top"):
+            print(f"\n{r['model']}, {r['process']}: the first call's functions of at least {args.top} s cumulative")
+            for cum, where in r["top"]:
+                print(f"  {cum:7.3f} s  {where}")
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))
     return 0
