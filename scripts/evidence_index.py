@@ -2,8 +2,9 @@
 
 A passage is a paragraph, a list item or a table row. A figure is a number or a range of numbers
 with a unit (x, %, s, ms, us, GiB, times, ...: "3.9-5.3 s") or a test count ("1201 passed"). Its
-sources are the paths into ``evidence/`` the passage names, in links or in prose, and old
-``benchmarks/results/`` paths mapped to where they are now (``scripts/moved_paths.py``). A passage
+sources are the paths into ``evidence/`` the passage names, in links or in prose, links into
+``reports/examples/`` (each example's report is the output of the real run that measured it), and
+old ``benchmarks/results/`` paths mapped to where they are now (``scripts/moved_paths.py``). A passage
 with figures and no source is listed as unsourced: a figure to back with a measurement file, or to
 drop.
 
@@ -84,13 +85,13 @@ def passages(doc: str, text: str) -> List[Tuple[int, str, str]]:
 
 
 def sources(doc: str, text: str, moved) -> Tuple[str, ...]:
-    """The evidence paths a passage names, old results paths mapped to new ones."""
+    """The evidence paths a passage names (example reports linked to included), old results paths mapped to new ones."""
     text = moved.rewrite(text, doc)
     here = os.path.dirname(doc)
     found = []
     for target in LINK.findall(text):
         full = os.path.normpath(os.path.join(here, target.split("#")[0]))
-        if full.startswith("evidence/"):
+        if full.startswith(("evidence/", "reports/examples/")):
             found.append(full)
     found += EVIDENCE.findall(text)
     return tuple(dict.fromkeys(p.rstrip(".:") for p in found))

@@ -29,6 +29,14 @@ def test_a_passage_with_a_figure_and_a_link_into_evidence_is_sourced(tmp_path):
     assert rows[0].section == "Cost" and rows[0].line == 3
 
 
+def test_a_link_to_an_example_report_is_a_source_and_a_bare_mention_is_not(tmp_path):
+    """An example's report is the output of the run that measured its figures; a path named in
+    prose outside evidence/ is not a link to a file and stays unsourced."""
+    _, rows = _rows(tmp_path, "- [`supported`](reports/examples/gpu/honest/report.md): 1.66x\n"
+                              "- reports/examples/gpu/honest/report.md says 1.66x\n", name="README.md")
+    assert [r.sources for r in rows] == [("reports/examples/gpu/honest/report.md",), ()]
+
+
 def test_a_range_with_its_unit_is_one_figure(tmp_path):
     _, rows = _rows(tmp_path, "A first call took 3.9-5.3 s, and audits 1.29-2.41 times as long.\n")
     assert rows[0].figures == ("3.9-5.3 s", "1.29-2.41 times")
