@@ -143,6 +143,11 @@ def _short(items: Sequence[str], n: int) -> str:
     return ", ".join(items[:n]) + (f" (+{len(items) - n})" if len(items) > n else "")
 
 
+def _from_index(path: str) -> str:
+    """A source's path as the index (``evidence/README.md``) links to it."""
+    return path[len("evidence/"):] if path.startswith("evidence/") else f"../{path}"
+
+
 def render(rows: Sequence[Passage], docs: Sequence[str]) -> str:
     sourced = [r for r in rows if r.sources]
     unsourced = [r for r in rows if not r.sources]
@@ -151,7 +156,7 @@ def render(rows: Sequence[Passage], docs: Sequence[str]) -> str:
            "### Figures and the files that measured them", "",
            "| where | figures | evidence |", "|---|---|---|"]
     for r in sourced:
-        ev = ", ".join(f"[{p[len('evidence/'):]}]({p[len('evidence/'):].split(':')[0]})" for p in r.sources[:4])
+        ev = ", ".join(f"[{_from_index(p)}]({_from_index(p).split(':')[0]})" for p in r.sources[:4])
         more = f" (+{len(r.sources) - 4})" if len(r.sources) > 4 else ""
         out.append(f"| {r.doc}:{r.line} ({r.section[:40]}) | {_short(r.figures, 5)} | {ev}{more} |")
     out += ["", "### Unsourced: figures whose passage cites no evidence file", "",

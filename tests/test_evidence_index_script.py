@@ -35,6 +35,8 @@ def test_a_link_to_an_example_report_is_a_source_and_a_bare_mention_is_not(tmp_p
     _, rows = _rows(tmp_path, "- [`supported`](reports/examples/gpu/honest/report.md): 1.66x\n"
                               "- reports/examples/gpu/honest/report.md says 1.66x\n", name="README.md")
     assert [r.sources for r in rows] == [("reports/examples/gpu/honest/report.md",), ()]
+    table = _script().render(rows, ["README.md"])  # the index lives in evidence/
+    assert "[../reports/examples/gpu/honest/report.md](../reports/examples/gpu/honest/report.md)" in table
 
 
 def test_a_range_with_its_unit_is_one_figure(tmp_path):
