@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from expkit.bench.processes.shm_files import PREFIX, SHM_DIR, remove_files_of
+from expkit.bench.processes.shm_files import PREFIX, SHM_DIR, left_behind, remove_files_of
 from expkit.bench.processes.transport import Exporter, Importer, pack, unpack
 
 
@@ -184,3 +184,22 @@ def test_the_files_of_a_process_that_ended_without_releasing_are_removed_by_its_
     assert not os.path.exists(left) and os.path.exists(kept)
     assert remove_files_of([]) == []
     mine.release()
+
+
+def test_files_whose_maker_has_ended_are_listed_as_left_behind_and_a_live_ones_are_not():
+    ctx = mp.get_context("spawn")
+    got, conn = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_place_and_die, args=(conn,))
+    p.start()
+    assert got.poll(60)
+    (left,) = got.recv()
+    p.join(30)
+    mine = Exporter()
+    mine.place(torch.ones(4))
+    (kept,) = mine._segments
+    try:
+        found = dict(left_behind())
+        assert found.get(left) == 1024 and kept not in found  # 256 float32 values
+    finally:
+        remove_files_of([p.pid])
+        mine.release()

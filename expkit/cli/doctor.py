@@ -23,6 +23,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..bench.processes.shm_files import SHM_DIR, left_behind
 from ..core.version import __version__
 from ..manifest.paths import conf_dir
 from ..manifest.settings import load_settings
@@ -52,6 +53,8 @@ COST_SHARED_CPU = ("other work shares the cores: CPU timings spread more and tak
                    "measure.target_ci, and a GPU run's host side is delayed (see benchmarks/README.md, "
                    "'The hold works', for why launch gaps do not reach GPU timings)")
 COST_NO_CONF = "no run can start: its settings do not compose (exit 2)"
+COST_SHM_LEFT = ("that memory stays taken until the files are removed: `rm {dir}/expkit-*` while no expkit "
+                 "process runs (a run's own crashed workers' files are removed by the run, bench/processes/shm_files.py)")
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,7 @@ class Machine:
     cpu_quota: Callable[[], Optional[float]] = _cpu_quota
     start_methods: Callable[[], Sequence[str]] = multiprocessing.get_all_start_methods
     settings: Callable[[], str] = _settings_probe
+    shm_left: Callable[[], Sequence[Tuple[str, int]]] = left_behind
     python: str = field(default_factory=lambda: f"{platform.python_version()} ({sys.executable})")
     system: str = field(default_factory=lambda: f"{platform.system()} {platform.release()} {platform.machine()}")
 
@@ -189,6 +193,7 @@ def diagnose(m: Machine = REAL) -> Tuple[Check, ...]:
         checks.append(Check("fork server", OK, "available (workers fork from a server with torch imported)"))
     else:
         checks.append(Check("fork server", MISSING, "not available on this platform", COST_NO_FORKSERVER))
+    checks.append(_shm_check(m))
     try:
         checks.append(Check("settings (conf/)", OK, f"compose from {m.settings()}"))
     except Exception as e:
@@ -210,6 +215,17 @@ def _cpu_check(m: Machine) -> Check:
     if load > usable - 1:
         return Check("CPU", NOTE, found + ": looks shared (less than one core idle)", COST_SHARED_CPU)
     return Check("CPU", OK, found)
+
+
+def _shm_check(m: Machine) -> Check:
+    """Shared files that carried tensors between workers, left by expkit processes that ended
+    without removing them (killed outright)."""
+    left = m.shm_left()
+    if not left:
+        return Check("shared memory", OK, f"no files left in {SHM_DIR} by ended expkit processes")
+    mib = sum(size for _, size in left) / (1 << 20)
+    return Check("shared memory", NOTE, f"{len(left)} file(s), {mib:.1f} MiB, left in {SHM_DIR} by expkit processes "
+                 "that ended without removing them", COST_SHM_LEFT.format(dir=SHM_DIR))
 
 
 def render(checks: Sequence[Check]) -> str:

@@ -11,6 +11,9 @@ machine restarts. Whoever ended it removes them by the pid in their name:
 * the worker's parent, as it closes the worker (:mod:`..sides.endpoint`), and
 * a suite's supervisor, for the workers of a manifest process it killed or that died:
   each worker's output folder names the worker's pid (:data:`PID_FILE`).
+
+A top-level process killed outright leaves its workers' files; :func:`left_behind` lists
+them (``expkit doctor``), and removes nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import secrets
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterable, List
+from typing import Iterable, List, Tuple
 
 SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 PREFIX = "expkit-"
@@ -65,6 +68,27 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # a process of another user now has that pid
         return True
     return True
+
+
+def left_behind() -> List[Tuple[str, int]]:
+    """The files (path, bytes) whose maker has ended: left by a process killed outright, whose
+    workers died with it and whose parent could not clean up. Read only; a process in another
+    pid namespace that shares this folder can look ended from here."""
+    try:
+        names = [n for n in os.listdir(SHM_DIR) if n.startswith(PREFIX)]
+    except OSError:
+        return []
+    out = []
+    for name in sorted(names):
+        pid = name[len(PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        path = os.path.join(SHM_DIR, name)
+        try:
+            out.append((path, os.stat(path).st_size))
+        except OSError:
+            continue
+    return out
 
 
 def remove_files_of_folders(folders: Iterable[Path], wait: float = 2.0) -> List[str]:
