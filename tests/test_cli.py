@@ -1,6 +1,7 @@
 """The CLI through its library entry point, on the shipped CPU examples."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -350,6 +351,39 @@ def test_no_traceback_from_a_real_process_whose_candidate_crashes(tmp_path, cand
     assert "Traceback" not in proc.stderr + proc.stdout and "Fatal Python error" not in proc.stderr, proc.stderr
     assert proc.returncode in (2, 3), proc.stderr
     assert len(proc.stderr.strip().splitlines()) <= 1, proc.stderr
+
+
+def test_a_shared_folder_too_small_for_the_inputs_is_one_line_exit_2_naming_the_fix(tmp_path):
+    """A real run on a 1 MiB tmpfs as the workers' shared folder (a container's /dev/shm is
+    small): 64 KiB inputs fit, 4 MiB ones do not. Before, the run ended with exit 6 and
+    "OSError: [Errno 28] No space left on device". Needs mount rights, as root has."""
+    import subprocess
+    import sys
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(shm)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        (tmp_path / "kernels.py").write_text("import torch\n"
+                                             "def inputs(p, g, d):\n    return (torch.randn(p['n'], generator=g, device=d),)\n"
+                                             "def base(x):\n    return x * 2\n"
+                                             "def cand(x):\n    return x + x\n")
+        got = {}
+        for n in (1 << 14, 1 << 20):
+            (tmp_path / "m.yaml").write_text(
+                "name: shm\nclaim: {speedup: 1.0}\nbaseline: kernels:base\ncandidate: kernels:cand\n"
+                f"inputs: {{factory: kernels:inputs}}\ncases: [{{name: a, params: {{n: {n}}}}}]\n")
+            got[n] = subprocess.run([sys.executable, "-m", "expkit", "run", "m.yaml", "--out", f"o{n}",
+                                     "measure=quick", "measure.max_seconds=0.5"], capture_output=True, text=True,
+                                    cwd=tmp_path, timeout=300, env={**os.environ, "EXPKIT_SHM_DIR": str(shm)})
+        assert got[1 << 14].returncode in (0, 1, 4), got[1 << 14].stdout  # a verdict on the claim
+        small = got[1 << 20]
+        assert small.returncode == 2 and len(small.stderr.strip().splitlines()) == 1, small.stderr
+        assert small.stderr.startswith(f"error: {shm} has ") and "--shm-size" in small.stderr
+        assert not os.listdir(shm)  # the workers' files were removed
+    finally:
+        subprocess.run(["umount", str(shm)], capture_output=True)
 
 
 def test_a_baseline_that_fails_on_its_own_case_is_one_line_exit_2(tmp_path, capsys):

@@ -86,7 +86,8 @@ GPU_BOX = Machine(nvml=lambda: FakeNvml(), torch=lambda: ("2.11.0+cu130", True, 
                   importable=lambda name: name == "cupti", which=lambda name: "/usr/local/cuda/bin/ncu",
                   loadavg=lambda: (0.5, 0.4, 0.3), cpus=lambda: 16, cpu_quota=lambda: None,
                   start_methods=lambda: ["fork", "spawn", "forkserver"], settings=lambda: "/x/conf",
-                  python="3.12.3 (/usr/bin/python3)", system="Linux 6.8 x86_64", shm_left=lambda: [])
+                  python="3.12.3 (/usr/bin/python3)", system="Linux 6.8 x86_64", shm_left=lambda: [],
+                  shm_free=lambda: 64 << 20)
 LAPTOP = replace(GPU_BOX, nvml=lambda: FakeNvml(missing=True), torch=lambda: ("2.13.0+cpu", False, "a CPU-only build"),
                  importable=lambda name: False, which=lambda name: None, loadavg=lambda: (2.5, 2.0, 1.0),
                  cpus=lambda: 2, start_methods=lambda: ["spawn"])
@@ -162,10 +163,13 @@ ok  expkit                {version}, Python 3.12.3 (/usr/bin/python3), Linux 6.8
 
 
 def test_shared_files_left_by_ended_processes_are_a_note_with_their_size_and_the_command_that_frees_them():
-    assert by_name(doctor.diagnose(GPU_BOX))["shared memory"].status == OK
+    ok = by_name(doctor.diagnose(GPU_BOX))["shared memory"]
+    assert ok.status == OK and ok.found == (f"{SHM_DIR}: 64.0 MiB free (a CPU run's tensors pass through it; "
+                                            "EXPKIT_SHM_DIR picks another folder); no files left by ended expkit processes")
     left = replace(GPU_BOX, shm_left=lambda: [(f"{SHM_DIR}/expkit-41-aa", 3 << 20), (f"{SHM_DIR}/expkit-42-bb", 1 << 19)])
     c = by_name(doctor.diagnose(left))["shared memory"]
-    assert c.status == NOTE and c.found.startswith("2 file(s), 3.5 MiB, left in ")
+    assert c.status == NOTE and c.found.startswith(f"{SHM_DIR}: 64.0 MiB free (a CPU run's tensors pass through it")
+    assert c.found.endswith("; 2 file(s), 3.5 MiB, left by expkit processes that ended without removing them")
     assert f"rm {SHM_DIR}/expkit-*" in c.cost and "while no expkit process runs" in c.cost
 
 

@@ -204,3 +204,48 @@ def test_files_whose_maker_has_ended_are_listed_as_left_behind_and_a_live_ones_a
     finally:
         remove_files_of([p.pid])
         mine.release()
+
+
+class _Statvfs:
+    def __init__(self, free):
+        self.f_bavail, self.f_frsize = free // 4096, 4096
+
+
+def test_a_tensor_that_does_not_fit_the_shared_folder_is_one_error_naming_the_fix_and_leaves_no_file(monkeypatch):
+    """A container's /dev/shm is 64 MiB by default; without the check, placing wrote until
+    ENOSPC (exit 6 and an OSError) and a mapped export died of SIGBUS, read as a crash."""
+    from expkit.bench.processes import shm_files
+
+    before = _ours()
+    monkeypatch.setattr(shm_files.os, "statvfs", lambda path: _Statvfs(1 << 20))
+    with pytest.raises(shm_files.SharedFolderError) as placed:
+        Exporter().place(torch.zeros(1 << 19))  # 2 MiB
+    with pytest.raises(shm_files.SharedFolderError):
+        Exporter().export([torch.zeros(1 << 19)])
+    text = str(placed.value)
+    assert text.startswith(f"{SHM_DIR} has 1.0 MiB free, and a tensor of 2.0 MiB")
+    assert "--shm-size" in text and "EXPKIT_SHM_DIR" in text
+    assert _ours() <= before
+    Exporter().release()  # what fits is placed as before
+    e = Exporter()
+    assert float(e.place(torch.ones(1 << 10)).sum()) == 1024.0
+    e.release()
+
+
+def test_the_workers_error_reaches_the_parent_as_the_same_one_line_error():
+    from expkit.bench.processes.shm_files import SharedFolderError, full
+    from expkit.bench.sides.endpoint import remote_error
+    from expkit.bench.sides.worker import error_reply
+    from expkit.core.errors import ExpkitError
+
+    got = remote_error(error_reply(full(3 << 20))["error"])
+    assert isinstance(got, ExpkitError) and not isinstance(got, SharedFolderError) and got.exit_code == 2
+    assert "a tensor of 3.0 MiB" in str(got) and "Fix:" in str(got)
+
+
+def test_a_shared_folder_that_is_not_a_folder_is_named_with_its_fix(monkeypatch, tmp_path):
+    from expkit.bench.processes import shm_files
+
+    monkeypatch.setattr(shm_files, "SHM_DIR", str(tmp_path / "missing"))
+    with pytest.raises(shm_files.SharedFolderError, match="is not a folder.*Fix: create it, or unset EXPKIT_SHM_DIR"):
+        shm_files.check_room(1)

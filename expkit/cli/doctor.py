@@ -23,7 +23,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..bench.processes.shm_files import SHM_DIR, left_behind
+from ..bench.processes.shm_files import SHM_DIR, SHM_DIR_ENV, free_bytes, left_behind
 from ..core.version import __version__
 from ..manifest.paths import conf_dir
 from ..manifest.settings import load_settings
@@ -132,6 +132,7 @@ class Machine:
     start_methods: Callable[[], Sequence[str]] = multiprocessing.get_all_start_methods
     settings: Callable[[], str] = _settings_probe
     shm_left: Callable[[], Sequence[Tuple[str, int]]] = left_behind
+    shm_free: Callable[[], Optional[int]] = free_bytes
     python: str = field(default_factory=lambda: f"{platform.python_version()} ({sys.executable})")
     system: str = field(default_factory=lambda: f"{platform.system()} {platform.release()} {platform.machine()}")
 
@@ -218,13 +219,17 @@ def _cpu_check(m: Machine) -> Check:
 
 
 def _shm_check(m: Machine) -> Check:
-    """Shared files that carried tensors between workers, left by expkit processes that ended
+    """The folder the workers pass host tensors through: its free space (a run whose tensors
+    do not fit stops with the fix), and files left there by expkit processes that ended
     without removing them (killed outright)."""
+    free = m.shm_free()
+    where = f"{SHM_DIR}: " + ("free space unreadable" if free is None else f"{free / (1 << 20):.1f} MiB free")
+    where += f" (a CPU run's tensors pass through it; {SHM_DIR_ENV} picks another folder)"
     left = m.shm_left()
     if not left:
-        return Check("shared memory", OK, f"no files left in {SHM_DIR} by ended expkit processes")
+        return Check("shared memory", OK, f"{where}; no files left by ended expkit processes")
     mib = sum(size for _, size in left) / (1 << 20)
-    return Check("shared memory", NOTE, f"{len(left)} file(s), {mib:.1f} MiB, left in {SHM_DIR} by expkit processes "
+    return Check("shared memory", NOTE, f"{where}; {len(left)} file(s), {mib:.1f} MiB, left by expkit processes "
                  "that ended without removing them", COST_SHM_LEFT.format(dir=SHM_DIR))
 
 

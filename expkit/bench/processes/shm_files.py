@@ -14,6 +14,10 @@ machine restarts. Whoever ended it removes them by the pid in their name:
 
 A top-level process killed outright leaves its workers' files; :func:`left_behind` lists
 them (``expkit doctor``), and removes nothing.
+
+Where the folder has no room for a file (a container's ``/dev/shm`` is 64 MiB by default),
+:func:`check_room` stops the run with one line naming the fix: more shared memory, or
+``EXPKIT_SHM_DIR``, a folder of the user's choosing.
 """
 
 from __future__ import annotations
@@ -23,12 +27,54 @@ import secrets
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterable, List, Tuple
+from typing import Iterable, List, Optional, Tuple
 
-SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+from ...core.errors import ExpkitError
+
+#: Where a user points the files instead (a folder on a larger filesystem, where a
+#: container's ``/dev/shm`` is small); read when this module is imported.
+SHM_DIR_ENV = "EXPKIT_SHM_DIR"
+SHM_DIR = os.path.abspath(os.environ.get(SHM_DIR_ENV) or ("/dev/shm" if os.path.isdir("/dev/shm")
+                                                           else tempfile.gettempdir()))
 PREFIX = "expkit-"
 #: In a worker's output folder: the worker's pid, for whoever must clean up after it.
 PID_FILE = "pid"
+
+
+def free_bytes() -> Optional[int]:
+    """Bytes free in :data:`SHM_DIR` now; None where that cannot be read."""
+    try:
+        st = os.statvfs(SHM_DIR)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+class SharedFolderError(ExpkitError):
+    """The folder of the shared files has no room for one, or is not a folder: the machine's
+    setting, not a verdict on the code under test (exit 2, with the fix)."""
+
+
+def full(nbytes: int) -> SharedFolderError:
+    """The error for a file of ``nbytes`` that does not fit, with what is free and the fix."""
+    free = free_bytes()
+    room = "no room" if free is None else f"{free / (1 << 20):.1f} MiB free"
+    return SharedFolderError(
+        f"{SHM_DIR} has {room}, and a tensor of {nbytes / (1 << 20):.1f} MiB that expkit's workers pass "
+        f"between them needs a file there. Fix: give the machine or container more shared memory (for "
+        f"Docker, `docker run --shm-size=16g ...`), or set {SHM_DIR_ENV} to a folder on a larger filesystem")
+
+
+def check_room(nbytes: int) -> None:
+    """Raise :class:`SharedFolderError` where a file of ``nbytes`` cannot be made now. Checked
+    before a file is mapped: a mapping written past a full ``tmpfs`` kills the process
+    with ``SIGBUS``, which would read as the code under test crashing."""
+    if not os.path.isdir(SHM_DIR):
+        raise SharedFolderError(f"{SHM_DIR} ({SHM_DIR_ENV}) is not a folder, and expkit's workers pass tensors "
+                                f"between them in files there. Fix: create it, or unset {SHM_DIR_ENV}")
+    free = free_bytes()
+    if free is not None and nbytes > free:
+        raise full(nbytes)
 
 
 def new_path() -> str:

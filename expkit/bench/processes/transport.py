@@ -28,6 +28,7 @@ preflight rejects subclasses before anything is exported).
 from __future__ import annotations
 
 import base64
+import errno
 import mmap
 import os
 from typing import Any, Dict, List, Sequence, Tuple
@@ -35,7 +36,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import torch
 from torch.multiprocessing.reductions import rebuild_cuda_tensor, reduce_tensor
 
-from .shm_files import PREFIX, SHM_DIR, new_path
+from .shm_files import PREFIX, SHM_DIR, check_room, full, new_path
 
 
 Descriptor = Dict[str, Any]
@@ -58,6 +59,8 @@ class _Segment:
 
     def __init__(self, path: str, nbytes: int, create: bool) -> None:
         self.path = path
+        if create:
+            check_room(nbytes)
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         fd = os.open(path, flags, 0o600)
         try:
@@ -130,6 +133,7 @@ class Exporter:
         path = new_path()
         # The bytes are written before any tensor views the file, and not by a torch
         # in-place op: the placed tensor starts at version 0, like a freshly built one.
+        check_room(nbytes)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             flat = torch.as_strided(dense, (dense.numel(),), (1,), dense.storage_offset())
@@ -137,6 +141,11 @@ class Exporter:
             done = 0
             while done < nbytes:  # os.write may write less than asked
                 done += _write(fd, view[done:done + WRITE_CHUNK])
+        except OSError as e:  # filled meanwhile: the file goes, and the error names the fix
+            os.unlink(path)
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise full(nbytes) from None
+            raise
         finally:
             os.close(fd)
         seg = _Segment(path, nbytes, create=False)
