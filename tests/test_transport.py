@@ -165,10 +165,9 @@ def _place_and_die(conn):
     os._exit(1)  # as a crashed or killed worker: nothing released
 
 
-def test_the_files_of_a_process_that_ended_without_releasing_are_removed_by_its_pid():
-    """A worker that crashes leaves its placed inputs in /dev/shm (memory) until the machine
-    restarts, unless its parent removes them (endpoint.py, as the worker ends); a live
-    process's files are left alone."""
+def _ended_and_live():
+    """A spawned process that placed a tensor and ended without releasing, the file it left,
+    and a live exporter of this process's with one file of its own."""
     ctx = mp.get_context("spawn")
     got, conn = ctx.Pipe(duplex=False)
     p = ctx.Process(target=_place_and_die, args=(conn,))
@@ -176,10 +175,18 @@ def test_the_files_of_a_process_that_ended_without_releasing_are_removed_by_its_
     assert got.poll(60)
     (left,) = got.recv()
     p.join(30)
-    assert p.exitcode == 1 and os.path.exists(left)
     mine = Exporter()
     mine.place(torch.ones(4))
     (kept,) = mine._segments
+    return p, left, mine, kept
+
+
+def test_the_files_of_a_process_that_ended_without_releasing_are_removed_by_its_pid():
+    """A worker that crashes leaves its placed inputs in /dev/shm (memory) until the machine
+    restarts, unless its parent removes them (endpoint.py, as the worker ends); a live
+    process's files are left alone."""
+    p, left, mine, kept = _ended_and_live()
+    assert p.exitcode == 1 and os.path.exists(left)
     removed = remove_files_of([p.pid])  # with any stale file an earlier process of that pid left
     assert left in removed and all(os.path.basename(f).startswith(f"{PREFIX}{p.pid}-") for f in removed)
     assert not os.path.exists(left) and os.path.exists(kept)
@@ -188,16 +195,7 @@ def test_the_files_of_a_process_that_ended_without_releasing_are_removed_by_its_
 
 
 def test_files_whose_maker_has_ended_are_listed_as_left_behind_and_a_live_ones_are_not():
-    ctx = mp.get_context("spawn")
-    got, conn = ctx.Pipe(duplex=False)
-    p = ctx.Process(target=_place_and_die, args=(conn,))
-    p.start()
-    assert got.poll(60)
-    (left,) = got.recv()
-    p.join(30)
-    mine = Exporter()
-    mine.place(torch.ones(4))
-    (kept,) = mine._segments
+    p, left, mine, kept = _ended_and_live()
     try:
         found = dict(left_behind())
         assert found.get(left) == 1024 and kept not in found  # 256 float32 values
