@@ -177,12 +177,17 @@ def _stop(proc: Any) -> None:
         wait_exit(proc, 2)
 
 
-def _end(proc: Any, stray: Sequence[int] = ()) -> None:
-    """Stop the worker, then remove the shared files that it, or a process it left, made
-    and could not remove itself (it crashed or was killed: :mod:`..processes.shm_files`)."""
-    _stop(proc)
+def _remove_files(proc: Any, stray: Sequence[int] = ()) -> None:
+    """Remove the shared files that the ended worker, or a process it left, made and could not
+    remove itself (it crashed or was killed: :mod:`..processes.shm_files`)."""
     if proc.pid is not None and not proc.is_alive():
         remove_files_of([proc.pid, *stray])
+
+
+def _end(proc: Any) -> None:
+    """The finalizer of a worker never closed: stop it, then remove its files."""
+    _stop(proc)
+    _remove_files(proc)
 
 
 def remote_error(err: Mapping[str, Any]) -> Exception:
@@ -329,7 +334,7 @@ class WorkerEndpoint:
         killed = _kill(stray)
         if killed:
             evidence[f"{self.role}_stray_processes_killed"] = killed
-        _end(self.proc, stray)
+        _remove_files(self.proc, stray)
         evidence[f"{self.role}_exitcode"] = self.proc.exitcode
         if self.broken is not None and not self.told:
             out.append(Finding(self.broken.check, False, self.broken.message))
