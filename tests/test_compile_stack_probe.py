@@ -26,7 +26,8 @@ def test_by_default_the_worker_servers_preload_is_imported_first():
 
 
 def test_a_module_that_cannot_be_imported_is_one_line():
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "probes" / "compile_stack_cuda.py"), "--imports",
+    """Without --imports too: the probe's one mode is its default."""
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "probes" / "compile_stack_cuda.py"),
                           "--modules", "no_such_stack_module", "--preload", ""],
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0 and "Traceback" not in out.stdout + out.stderr

@@ -8,8 +8,8 @@ process's native threads before and after, and the Python frames that made it (t
 which import makes the process unfit to fork from. Where a warm first call's time goes is
 ``benchmarks/compiled_warm_start.py --top``.
 
-    python3 benchmarks/probes/compile_stack_cuda.py --imports
-    PYTORCH_NVML_BASED_CUDA_CHECK=1 python3 benchmarks/probes/compile_stack_cuda.py --imports --preload cupti.cupti
+    python3 benchmarks/probes/compile_stack_cuda.py
+    PYTORCH_NVML_BASED_CUDA_CHECK=1 python3 benchmarks/probes/compile_stack_cuda.py --preload cupti.cupti
 """
 
 from __future__ import annotations
@@ -74,16 +74,16 @@ def _run(code: str, *args: str, env: dict) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--imports", action="store_true")
+    ap.add_argument("--imports", action="store_true", help="the probe's one mode, the default (kept so that the "
+                    "commands its evidence names still run)")
     ap.add_argument("--modules", default=MODULES)
     ap.add_argument("--preload", default="-", help="modules imported before the stack, comma-separated "
                     "('-': what a GPU run's worker server imports; '': nothing)")
     a = ap.parse_args()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    if a.imports:
-        for name in a.modules.split(","):  # each module in a process of its own
-            print(f"## importing {name}")
-            _run(IMPORTS, name, a.preload, env=env)
+    for name in a.modules.split(","):  # each module in a process of its own
+        print(f"## importing {name}")
+        _run(IMPORTS, name, a.preload, env=env)
     return 0
 
 
