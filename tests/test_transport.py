@@ -210,7 +210,7 @@ class _Statvfs:
 
 
 def test_a_tensor_that_does_not_fit_the_shared_folder_is_one_error_naming_the_fix_and_leaves_no_file(monkeypatch):
-    """A container's /dev/shm is 64 MiB by default; without the check, placing wrote until
+    """A container's /dev/shm is small by default; without the check, placing wrote until
     ENOSPC (exit 6 and an OSError) and a mapped export died of SIGBUS, read as a crash."""
     from expkit.bench.processes import shm_files
 

@@ -15,7 +15,7 @@ machine restarts. Whoever ended it removes them by the pid in their name:
 A top-level process killed outright leaves its workers' files; :func:`left_behind` lists
 them (``expkit doctor``), and removes nothing.
 
-Where the folder has no room for a file (a container's ``/dev/shm`` is 64 MiB by default),
+Where the folder has no room for a file (a container's ``/dev/shm`` is small by default),
 :func:`check_room` stops the run with one line naming the fix: more shared memory, or
 ``EXPKIT_SHM_DIR``, a folder of the user's choosing.
 """
