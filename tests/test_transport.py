@@ -244,5 +244,10 @@ def test_a_shared_folder_that_is_not_a_folder_is_named_with_its_fix(monkeypatch,
     from expkit.bench.processes import shm_files
 
     monkeypatch.setattr(shm_files, "SHM_DIR", str(tmp_path / "missing"))
-    with pytest.raises(shm_files.SharedFolderError, match="is not a folder.*Fix: create it, or unset EXPKIT_SHM_DIR"):
+    with pytest.raises(shm_files.SharedFolderError, match="is not a folder this user can write.*Fix: create it"):
+        shm_files.check_room(1)
+    monkeypatch.setattr(shm_files, "SHM_DIR", str(tmp_path))
+    shm_files.check_room(1)
+    monkeypatch.setattr(shm_files.os, "access", lambda path, mode: False)  # as a folder of another user's
+    with pytest.raises(shm_files.SharedFolderError, match="give write access, or unset EXPKIT_SHM_DIR"):
         shm_files.check_room(1)

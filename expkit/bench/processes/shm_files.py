@@ -69,9 +69,10 @@ def check_room(nbytes: int) -> None:
     """Raise :class:`SharedFolderError` where a file of ``nbytes`` cannot be made now. Checked
     before a file is mapped: a mapping written past a full ``tmpfs`` kills the process
     with ``SIGBUS``, which would read as the code under test crashing."""
-    if not os.path.isdir(SHM_DIR):
-        raise SharedFolderError(f"{SHM_DIR} ({SHM_DIR_ENV}) is not a folder, and expkit's workers pass tensors "
-                                f"between them in files there. Fix: create it, or unset {SHM_DIR_ENV}")
+    if not os.path.isdir(SHM_DIR) or not os.access(SHM_DIR, os.W_OK | os.X_OK):
+        raise SharedFolderError(f"{SHM_DIR} ({SHM_DIR_ENV}) is not a folder this user can write, and expkit's "
+                                f"workers pass tensors between them in files there. Fix: create it or give write "
+                                f"access, or unset {SHM_DIR_ENV}")
     free = free_bytes()
     if free is not None and nbytes > free:
         raise full(nbytes)
