@@ -4,8 +4,8 @@ A probe that prints, not a test. In a fresh process per module of ``--modules``,
 what a GPU run's worker server imports (``preload_for("cuda")``; ``--preload``'s modules
 instead, to find which of them matters), sets Inductor to compile in-process, then imports the
 module with torch's CUDA entry points wrapped. It prints every call of one of them, the
-process's native threads before and after, and the Python frames that made it (the last few):
-which import makes the process unfit to fork from. Where a warm first call's time goes is
+process's native threads before and after (a new one by name), and the Python frames that made
+it (the last few): which import makes the process unfit to fork from. Where a warm first call's time goes is
 ``benchmarks/compiled_warm_start.py --top``.
 
     python3 benchmarks/probes/compile_stack_cuda.py
@@ -39,6 +39,14 @@ import torch
 print(f"imported first: {'the worker server preload' if sys.argv[2] == '-' else (sys.argv[2] or 'nothing')}; "
       f"native threads {len(os.listdir('/proc/self/task'))}")
 threads = lambda: len(os.listdir("/proc/self/task"))
+def names():
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            out[tid] = open(f"/proc/self/task/{tid}/comm").read().strip()
+        except OSError:
+            pass
+    return out
 def wrap(owner, attr):
     fn = getattr(owner, attr, None)
     if fn is None:
@@ -56,13 +64,14 @@ for owner, attr in [(torch.cuda, "is_available"), (torch.cuda, "device_count"), 
                     (torch.cuda, "current_device"), (torch._C, "_cuda_getDeviceCount")]:
     wrap(owner, attr)
 for name in sys.argv[1].split(","):
-    t = threads()
+    t, before = threads(), names()
     try:
         importlib.import_module(name)
     except ImportError as e:
         print(f"{name}: cannot be imported here ({type(e).__name__}: {e}); check --modules")
         continue
-    print(f"{name}: native threads {t} -> {threads()}")
+    new = sorted(v for k, v in names().items() if k not in before)
+    print(f"{name}: native threads {t} -> {threads()}" + (f" (new: {', '.join(new)})" if new else ""))
 """
 
 def _run(code: str, *args: str, env: dict) -> None:
