@@ -112,7 +112,7 @@ def main(argv: List[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--warm", type=int, default=3, help="fresh processes per model after the cold compile")
     ap.add_argument("--sizes", default="matmul=4096,layernorm=256", help="model=size pairs")
-    ap.add_argument("--stack", default="torch._inductor.compile_fx,torch._inductor.runtime.triton_heuristics",
+    ap.add_argument("--stack", default="expkit.bench.processes.compile_stack",
                     help="modules every second warm process imports first, comma-separated")
     ap.add_argument("--top", type=float, default=0.0, metavar="SECONDS",
                     help="also list each warm first call's functions of at least SECONDS cumulative (0: none)")

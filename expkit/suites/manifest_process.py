@@ -86,11 +86,13 @@ DONE, ERROR_STATUS = "done", "error"
 #: DataLoader workers, forks of a process that imported torch, do). The last one imports
 #: the bench's own preload for a GPU run (``bench.sides.preload.preload_for("cuda")``:
 #: ``torch._dynamo``, cupti-python, Triton's key): each manifest process forks its workers
-#: from itself and would otherwise import them again, once per manifest.
+#: from itself and would otherwise import them again, once per manifest. And torch.compile's
+#: stack, which each process of a compiled candidate would otherwise import itself
+#: (``bench.processes.compile_stack``: imported without starting the CUDA driver).
 PRELOAD = ("torch", "expkit.runner", "expkit.checks.trace", "expkit.checks.expectations", "expkit.report",
            "expkit.manifest.kernelbench", "expkit.bench.sides.endpoint", "expkit.report.plots",
            "expkit.verdict.roofline", "expkit.verdict.savings", "hydra", "omegaconf", "hydra.compose", "pandas",
-           "matplotlib.pyplot", "expkit.bench.sides.preload_all")
+           "matplotlib.pyplot", "expkit.bench.sides.preload_all", "expkit.bench.processes.compile_stack")
 
 #: Sent to a worker's process group before it is killed for time: faulthandler dumps
 #: every Python stack to the worker's stderr (the runner's own isolated worker, a fork,

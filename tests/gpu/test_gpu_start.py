@@ -68,6 +68,26 @@ def test_a_gpu_runs_preload_imports_cupti_and_caches_tritons_key_without_initial
     assert _python(code) == "True 1 False False True ['cupti', 'triton_key']"
 
 
+def test_a_suite_servers_preload_imports_the_compile_stack_without_starting_the_driver():
+    """The suite's fork server imports torch.compile's stack and stays fit to fork workers that
+    use CUDA (imported plainly, or under torch's NVML check, the stack's own availability check
+    started a driver thread: evidence/harness-cost/compiled-warm-start); what the stack decided
+    from the stand-in's answer is what it decides in a process that asked the driver, and no
+    module kept the stand-in."""
+    probe = ("import torch._inductor.runtime.benchmarking as b; "
+             "print(getattr(b, 'use_experimental_benchmarker', None))")
+    code = ("import importlib, sys, types, torch; from expkit.suites.manifest_process import PRELOAD; "
+            "[importlib.import_module(m) for m in PRELOAD]; from expkit.bench.processes import fork_safety as f; "
+            "from expkit.bench.processes.compile_stack import IMPORTED, STACK; "
+            "held = [n for n, m in list(sys.modules.items()) for v in list(getattr(m, '__dict__', {}).values()) "
+            "        if isinstance(v, types.FunctionType) and v.__qualname__ == '_stand_in.<locals>.is_available']; "
+            "print(sorted(k for k, v in IMPORTED.items() if isinstance(v, float)) == sorted(STACK), held, "
+            "torch.cuda.is_initialized(), f.cuda_initialised(), f.fork_is_safe(), "
+            "getattr(sys.modules['torch._inductor.runtime.benchmarking'], 'use_experimental_benchmarker', None))")
+    plain = _python("import torch; torch.cuda.is_available(); " + probe)
+    assert _python(code) == f"True [] False False True {plain}"
+
+
 def test_a_cpu_calls_drain_leaves_cuda_uninitialised_on_a_gpu_host():
     """A CPU run's workers on a GPU host used to create a CUDA context to drain a device they
     never used (evidence/harness-cost/relay-on-16-cores/requests-16core)."""
