@@ -5,8 +5,8 @@ what a GPU run's worker server imports (``preload_for("cuda")``; ``--preload``'s
 instead, to find which of them matters), sets Inductor to compile in-process, then imports the
 module with torch's CUDA entry points wrapped. It prints every call of one of them, the
 process's native threads before and after (a new one by name), and the Python frames that made
-it (the last few): which import makes the process unfit to fork from. Where a warm first call's time goes is
-``benchmarks/compiled_warm_start.py --top``.
+it (the last few): which import makes the process unfit to fork from. Where a warm first call's
+time goes is ``benchmarks/compiled_warm_start.py --top``.
 
     python3 benchmarks/probes/compile_stack_cuda.py
     PYTORCH_NVML_BASED_CUDA_CHECK=1 python3 benchmarks/probes/compile_stack_cuda.py --preload cupti.cupti
