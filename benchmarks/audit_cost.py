@@ -8,6 +8,7 @@ measurement). A kind is a sample number, named with ``--kinds`` (for the run
 
     python benchmarks/audit_cost.py AUDIT --kinds 0=identity,1=torch.compile,2=wrong [--tsv stages.tsv]
     python benchmarks/audit_cost.py AUDIT --retries
+    python benchmarks/audit_cost.py AUDIT --kinds ... --requests
 
 ``--tsv`` also writes one row per attempt: candidate, attempt, step (the preset, ``-pN`` where a retry
 raised the processes to N), verdict, seconds, stages, each case's rounds a process and why it stopped.
@@ -17,6 +18,11 @@ picks for it (``expkit.suites.retries.Retries.next_step``: more processes at the
 the next preset) and what the budget takes it to cost (``Retries.predict``, under the overrides
 ``audit.json`` names), against the attempt's seconds times the presets' ratio (the estimate of a
 retry one preset up before the rounds were read), and the retry that ran and its seconds.
+
+``--requests`` prints instead, by kind, where each side's worker spent its seconds: the median
+over first attempts of each request's seconds summed over the attempt's processes (the
+``requests`` each side's ledger stores in ``result.json``), beside the measurement stage's wall
+and the seconds its timed calls took.
 """
 
 from __future__ import annotations
@@ -93,6 +99,39 @@ def table(audit: Path, kinds: Dict[int, str]) -> str:
     return "\n".join(lines)
 
 
+def _ledger(result: Dict[str, Any]) -> Dict[Tuple[str, str], float]:
+    """Seconds by (side, request) over every process of one attempt."""
+    measured = (result.get("memory") or {}).get("measured") or {}
+    return {(side, op): float(r.get("seconds") or 0.0)
+            for side, v in measured.items() for op, r in ((v or {}).get("requests") or {}).items()}
+
+
+def requests_table(audit: Path, kinds: Dict[int, str]) -> str:
+    """Median seconds a first attempt spends in each side's requests, by kind."""
+    by_kind: Dict[str, List[Dict[str, Any]]] = {}
+    for r in _records(audit):
+        if r["attempt"] == 1:
+            by_kind.setdefault(kinds.get(int(r["sample"]), f"sample {r['sample']}"), []).append(_result(audit, r))
+    names = list(by_kind)
+    rows: Dict[Tuple[str, str], Dict[str, float]] = {}
+    for kind, results in by_kind.items():
+        ledgers = [_ledger(res) for res in results]
+        for key in sorted({k for led in ledgers for k in led}):
+            rows.setdefault(key, {})[kind] = _median([led.get(key, 0.0) for led in ledgers]) or 0.0
+        walls = [float(res["stages"]["measure"]) for res in results if "measure" in (res.get("stages") or {})]
+        timed = [float(c["timed_seconds"]) for res in results
+                 for c in ((res.get("measured") or {}).get("cases") or {}).values() if "timed_seconds" in c]
+        for key, xs in ((("measurement", "stage wall"), walls), (("measurement", "timed calls"), timed)):
+            if xs:
+                rows.setdefault(key, {})[kind] = statistics.median(xs)
+    lines = ["| side | request | " + " | ".join(f"{k} (median s)" for k in names) + " |",
+             "|---|---|" + "---:|" * len(names)]
+    for (side, op), vals in rows.items():
+        if max(vals.values()) >= 0.005:
+            lines.append(f"| {side} | {op} | " + " | ".join(_fmt(vals.get(k), 3) for k in names) + " |")
+    return "\n".join(lines)
+
+
 def write_tsv(audit: Path, out: Path) -> None:
     rows = ["\t".join(("candidate", "attempt", "step", "verdict", "seconds") + STAGES
                       + ("rounds_per_process", "stopped"))]
@@ -143,6 +182,8 @@ def main() -> None:
     ap.add_argument("--tsv", type=Path, help="also write each attempt's stages here")
     ap.add_argument("--retries", action="store_true",
                     help="print the budget's estimate of each inconclusive attempt's retry instead")
+    ap.add_argument("--requests", action="store_true",
+                    help="print where each side's worker spent its seconds, by kind, instead")
     a = ap.parse_args()
     if not (a.audit / "audit.json").is_file() or not (a.audit / "candidates.jsonl").is_file():
         ap.error(f"{a.audit}: not an audit folder (no audit.json and candidates.jsonl; expkit audit writes them)")
@@ -152,6 +193,9 @@ def main() -> None:
         ap.error(f"--kinds {a.kinds!r}: give sample=name pairs, comma-separated (0=identity,1=torch.compile)")
     if a.retries:
         print(retries_table(a.audit))
+        return
+    if a.requests:
+        print(requests_table(a.audit, kinds))
         return
     print(table(a.audit, kinds))
     if a.tsv:

@@ -65,3 +65,27 @@ def test_the_retries_table_sets_the_budgets_estimate_beside_what_each_retry_took
                          capture_output=True, text=True, check=True).stdout
     rows = [line for line in out.splitlines() if line.startswith("| p")]
     assert rows == ["| p1_s0 | 1 | 10.0 | measure=default | 28.0 | 100.0 | measure=default | 20.0 |"]
+
+
+def test_the_requests_table_gives_each_sides_median_request_seconds_by_kind(tmp_path):
+    """Two identity first attempts whose baselines' blocks took 3 and 5 s: median 4; the
+    retry (attempt 2) is not a first attempt and is left out."""
+    audit = _audit(tmp_path)
+    for run, block, timed in (("p1_s0-1", 3.0, 0.5), ("p2_s0-1", 5.0, 0.7), ("p1_s0-2", 99.0, 9.0)):
+        path = audit / run / "result.json"
+        result = json.loads(path.read_text())
+        result["memory"] = {"measured": {"baseline": {"requests": {"block": {"seconds": block, "count": 7},
+                                                                   "hello": {"seconds": 0.001, "count": 3}}},
+                                         "candidate": {"requests": {"block": {"seconds": 1.0, "count": 7}}}}}
+        result["measured"] = {"cases": {"c": {"timed_seconds": timed}}}
+        path.write_text(json.dumps(result))
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "audit_cost.py"), str(audit),
+                          "--kinds", "0=identity,2=wrong", "--requests"], capture_output=True, text=True,
+                         check=True).stdout
+    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in out.splitlines()
+            if line.startswith("| ") and "median" not in line}
+    assert rows[("baseline", "block")] == "| baseline | block | 4.000 | - |"
+    assert rows[("candidate", "block")] == "| candidate | block | 1.000 | - |"
+    assert rows[("measurement", "timed calls")] == "| measurement | timed calls | 0.600 | - |"
+    assert rows[("measurement", "stage wall")] == "| measurement | stage wall | 5.000 | - |"
+    assert ("baseline", "hello") not in rows  # under 5 ms in every kind
