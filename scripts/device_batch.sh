@@ -2,7 +2,7 @@
 # One device call: install the wheels the GPU image lacks, run the GPU tests and the GPU
 # examples, and pack every output into $OUT/batch.tar.gz (the device returns at most 8 files).
 # Usage on the device machine, from the repository root:  bash scripts/device_batch.sh [STEPS...]
-# Steps: tests examples bench suite2 kb-audit kb-beside warm-start audit-ab kb-ab (default: tests examples bench; suite2 needs two GPUs).
+# Steps: tests examples bench suite2 kb-audit kb-beside block-profile warm-start audit-ab kb-ab (default: tests examples bench; suite2 needs two GPUs).
 # GPU_TESTS narrows the tests step (default: every test marked gpu); GPUS_TESTS picks its GPU;
 # TESTS_BESIDE=1 runs it beside the steps after it (give those other GPUs), for at most TESTS_SECONDS
 # (default 540). GPU_TESTS_SPLIT="files A;files B" runs group i on the i-th GPU of GPUS_TESTS, side
@@ -104,6 +104,21 @@ for step in $steps; do
       rm -rf /tmp/batch/beside-kb-work /tmp/batch/beside-audit/.cache  # compile caches, not evidence
       python3 benchmarks/batch_beside.py /tmp/batch/beside-audit /tmp/batch/beside-kb.jsonl \
         --kinds 0=identity,1=torch.compile,2=wrong 2>&1 | tee /tmp/batch/beside.md ;;
+    block-profile)
+      # Where each worker's timed blocks spend their time, by role (benchmarks/probes/block_profile.py):
+      # the identity candidate (sample 0) of each problem of PROFILE_PROBLEMS (default 1,40) at
+      # `measure=quick measure.processes=3`; PROFILE_OPS (default block) names the requests profiled.
+      mkdir -p /tmp/kb && cp -r .kernelbench/KernelBench /tmp/kb/KernelBench
+      python3 benchmarks/kernelbench_generation_run.py .kernelbench --level 1 --problems "${PROFILE_PROBLEMS:-1,40}" \
+        --out /tmp/kb/runs/own > /tmp/batch/kb-generate.log 2>&1
+      IFS=, read -ra pps <<< "${PROFILE_PROBLEMS:-1,40}"
+      for p in "${pps[@]}"; do
+        problem=$(ls /tmp/kb/KernelBench/level1/ | grep "^${p}_")
+        printf 'name: profile_%s\ndevice: cuda\nkernelbench:\n  problem: /tmp/kb/KernelBench/level1/%s\n  solution: /tmp/kb/runs/own/level_1_problem_%s_sample_0_kernel.py\n  precision: fp32\nclaim: {speedup: 1.0, tolerance: 0.05}\ncases:\n  - name: default\nexpect: {forbid_baseline: false}\n' \
+          "$p" "$problem" "$p" > "/tmp/kb/profile_$p.yaml"
+        python3 benchmarks/probes/block_profile.py "/tmp/kb/profile_$p.yaml" "/tmp/kb/profile-$p" --ops "${PROFILE_OPS:-block}" \
+          measure=quick measure.processes=3 2>&1 | tee "/tmp/batch/block-profile-$p.md"
+      done ;;
     warm-start)
       # A compiled candidate's first call in fresh processes, its cache warm, with and without
       # torch.compile's stack imported first (benchmarks/compiled_warm_start.py): WARM_STACK (default
