@@ -33,6 +33,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Seque
 from ..verdict import stats
 from ..manifest.settings import MeasureSettings
 from .timer import BlockTiming, Timer, TimerInfo, calibrate
+from .warm_up import warm_up
 
 SIDES = ("baseline", "candidate")
 STOP_TARGET = "target interval reached"
@@ -110,10 +111,7 @@ def _warm_up(fn: Callable[[], Any], seconds: float, clock: Callable[[], float]) 
     if warm is not None:  # a side that runs elsewhere (bench.defences.envelope.SideFn) warms up where it runs
         warm(seconds)
         return
-    fn()  # at least once: first-call costs (allocation, autotuning, lazy init) stay out
-    end = clock() + seconds
-    while clock() < end:
-        fn()
+    warm_up(fn, seconds, clock)  # at least once: first-call costs (allocation, autotuning, lazy init) stay out
 
 
 #: The most rounds one batch may hold (a timer with ``sample_batch``).

@@ -51,6 +51,7 @@ from ...manifest import kernelbench
 from ...manifest.refs import resolve
 from ...manifest.settings import Settings
 from ...timing import factory as timer_factory
+from ...timing.warm_up import warm_up
 from ..defences.block_checks import after_block, opening, started_at_import
 from ..defences.clock import CLOCK
 from ..defences.commit import COMMIT_BYTES, COPY_BYTES, Commitments, nbytes
@@ -498,13 +499,13 @@ class CaseState:
 
     def warm_up(self, seconds: float) -> None:
         self.begin(None)
-        end = CLOCK() + seconds
-        while True:
+
+        def one() -> None:
             self.before()
             self.call()
             self.after()
-            if CLOCK() >= end:
-                break
+
+        warm_up(one, seconds, CLOCK)  # each call drained: nothing left queued for the first block
         self.leaked_threads = 0  # a pool started lazily starts here in a replicate's fresh process
 
 
