@@ -83,9 +83,19 @@ def test_no_gpu_is_visible_to_a_torch_built_without_cuda(monkeypatch):
     assert compile_stack.gpu_visible({}, lambda: ["/dev/nvidia0"]) is False
 
 
-def test_the_suite_servers_preload_names_the_stack_and_it_was_imported():
+def test_the_suite_servers_preload_names_the_stack():
     from expkit.suites.manifest_process import PRELOAD
 
     assert "expkit.bench.processes.compile_stack" in PRELOAD
-    assert all(name in sys.modules for name in compile_stack.STACK)
-    assert all(isinstance(compile_stack.IMPORTED.get(name), float) for name in compile_stack.STACK)
+
+
+@pytest.mark.parametrize("visible", [True, False])
+def test_the_stack_is_imported_only_where_a_gpu_is_visible(stack, monkeypatch, visible):
+    """On a CPU host every suite server paid the stack's import, compiled candidates or not
+    (tests/gpu/test_gpu_start.py checks the import on a GPU host)."""
+    monkeypatch.setattr(compile_stack, "STACK", ("fake_stack_a", "fake_stack_b"))
+    monkeypatch.setattr(compile_stack, "gpu_visible", lambda: visible)
+    imported = compile_stack.import_stack_where_a_gpu_is_visible()
+    assert sorted(stack) == (["fake_stack_a", "fake_stack_b"] if visible else [])
+    assert all(isinstance(imported[n], float) if visible else imported[n] == "skipped: no GPU visible"
+               for n in ("fake_stack_a", "fake_stack_b"))

@@ -16,6 +16,10 @@ ends. Where a torch version touches CUDA some other way as the stack is imported
 own fork check (:mod:`.fork_safety`) sees the driver thread and they start from a fork server
 instead: slower, as correct. A missing module only costs time; :data:`IMPORTED` says what was
 imported, and how long it took.
+
+Where no GPU is visible the stack is not imported: there it cost every suite server's start
+about 1.5 s (evidence/README.md), paid by every suite whether or not a candidate compiles,
+and a CPU candidate that compiles imports it in its own processes as it did before.
 """
 
 from __future__ import annotations
@@ -79,4 +83,12 @@ def import_stack(stack: Sequence[str] = STACK) -> Dict[str, object]:
     return IMPORTED
 
 
-import_stack()
+def import_stack_where_a_gpu_is_visible() -> Dict[str, object]:
+    """:func:`import_stack` where :func:`gpu_visible`; elsewhere each module marked skipped."""
+    if gpu_visible():
+        return import_stack(STACK)
+    IMPORTED.update({name: "skipped: no GPU visible" for name in STACK})
+    return IMPORTED
+
+
+import_stack_where_a_gpu_is_visible()
