@@ -611,7 +611,7 @@ def test_the_command_prints_the_summary_or_the_records_as_json(tmp_path, capsys,
     out = json.loads(capsys.readouterr().out)
     assert out["audit"] == str(folder) and len(out["records"]) == 12
     assert seen["paths"] == ["runs/x"] and seen["overrides"] == ["measure.max_seconds=2"]
-    assert (seen["jobs"], seen["budget"], seen["preset"], seen["retries"]) == (3, 60.0, "quick", 1)
+    assert (seen["jobs"], seen["budget"], seen["preset"], seen["retries"]) == (3, 60.0, "quick", 2)
     assert main(["audit", "runs/x", "--quiet"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("# Audit synthetic") and "## Candidates" not in text and f"report: {folder}" in text

@@ -105,7 +105,7 @@ def _parsers() -> Tuple[_Parser, Dict[str, _Parser]]:
     aud.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                      help="per attempt, after which it is killed and recorded as hanging (launcher.timeout_seconds); "
                           "a retry gets twice its predicted cost where that is longer")
-    aud.add_argument("--retries", type=int, default=1, help="re-measurements of an inconclusive candidate (default 1)")
+    aud.add_argument("--retries", type=int, default=2, help="re-measurements of an inconclusive candidate (default 2)")
     aud.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                      help="worker seconds all retries together may spend (default: no limit but --retries)")
     aud.add_argument("--claims", type=Path, default=None, metavar="FILE",

@@ -230,7 +230,7 @@ def _slots(launch: Any, device: str) -> Optional[int]:
 def run_audit(paths: Sequence[str] = (), *, problems: Optional[Path] = None, out: Optional[Path] = None,
               root: Path = Path("reports"), overrides: Sequence[str] = (), preset: str = "quick",
               device: str = "auto", precision: str = "fp32", jobs: Optional[int] = None,
-              timeout: Optional[float] = None, retries: int = 1, budget: Optional[float] = None,
+              timeout: Optional[float] = None, retries: int = 2, budget: Optional[float] = None,
               claims: Optional[Path] = None, allow_baseline_ops: bool = False, resume: Optional[Path] = None,
               launcher: Any = None, log: Optional[Log] = None) -> AuditOutcome:
     """Judge every candidate ``paths`` name into one audit folder; see the module docstring.
