@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Dict, List
 
+from expkit.verdict.rules import EXIT_CODES
+
 ROOT = Path(__file__).resolve().parents[2]
 
 HOOK = '''
@@ -94,7 +96,7 @@ def run(manifest: Path, out: Path, ops: str, overrides: List[str]) -> Path:
     proc = subprocess.run([sys.executable, "-m", "expkit", "run", str(manifest), "--out", str(out / "run"),
                            *overrides], env=env, cwd=str(ROOT), text=True, capture_output=True)
     print(f"expkit run: exit code {proc.returncode}")
-    if proc.returncode not in (0, 1):
+    if proc.returncode not in EXIT_CODES.values():  # no verdict: the run's own words say why
         print(proc.stdout[-2000:], proc.stderr[-2000:], sep="\n")
     return profiles
 
