@@ -242,6 +242,48 @@ def test_too_short_first_hold_is_detected_and_retried():
     assert t.last_block.returned_seconds == pytest.approx(2 * US, rel=0.05)
 
 
+def _first_use(gpu: FakeGpu, first_host_s: float, warm_s: float):
+    """An op whose first call in the process costs the host ``first_host_s`` more (a module's
+    first launch, CUPTI's first records), and ``warm_s`` on the GPU each call."""
+    calls = [0]
+
+    def fn() -> None:
+        gpu.host += first_host_s if calls[0] == 0 else 0.0
+        calls[0] += 1
+        gpu.enqueue("main", warm_s, gpu.launch_s)
+
+    return fn
+
+
+@pytest.mark.parametrize("cold", [True, False])
+def test_a_rehearsal_keeps_first_use_costs_out_of_the_first_blocks_hold(cold):
+    """Unrehearsed, the first block's retry waits behind a hold sized on the first use's
+    20 ms; rehearsed, the first block's holds are sized on what a call queues."""
+    gpu = FakeGpu()
+    t = make(gpu, cold=cold)
+    t.sample(_first_use(gpu, 20e-3, 50 * US), 1)
+    assert t.last_block.attempts == 2 and t.last_block.hold_s > 40e-3
+
+    gpu = FakeGpu()
+    t = make(gpu, cold=cold)
+    fn = _first_use(gpu, 20e-3, 50 * US)
+    t.rehearse(fn)
+    calls_before = len(gpu.done_times)
+    assert t.sample(fn, 1) == pytest.approx(50 * US, rel=0.05)
+    assert t.last_block.hold_ok and t.last_block.hold_s < 1e-3 and len(gpu.done_times) > calls_before
+
+
+def test_a_rehearsals_records_stay_out_of_the_first_blocks_kernel_time():
+    gpu = FakeGpu()
+    rec = FakeRecorder(gpu)
+    t = make(gpu, cold=True, recorder=rec)
+    fn = _first_use(gpu, 20e-3, 50 * US)
+    t.rehearse(fn)
+    assert rec.starts == 1 and not rec.collecting and not rec.stack
+    assert t.sample(fn, 3) == pytest.approx(50 * US, rel=0.05)
+    assert rec.starts == 2 and t.info.fallback == "" and t.last_timing.kernel_seconds == pytest.approx(50 * US, rel=0.05)
+
+
 def test_spin_is_converted_with_the_measured_clock():
     # The hint says 2 GHz, the fake runs at 1 GHz: the first hold is twice as long as
     # asked (safe), and the next one is sized with the measured clock.
