@@ -238,10 +238,11 @@ def _run(lm: LoadedManifest, settings: Settings, pair: Pair, out_dir: Optional[P
 
 
 def _store(out_dir: Path, result: RunResult, rows: Sequence[Mapping[str, Any]], plots: bool = True) -> None:
-    """The run folder's files: samples.csv, result.json, and report.md rendered from ``result``."""
+    """The run folder's files: samples.csv, result.json, and report.md rendered from ``result``
+    (without ``plots``, saying how its figures are drawn)."""
     store.write_samples(out_dir / store.SAMPLES, list(rows))
     store.write_json(out_dir / store.RESULT, result)
-    run_report.write(out_dir, plots=plots, result=result)
+    run_report.write(out_dir, plots=plots, result=result, undrawn=not plots)
 
 
 def _memory_section(memory: Any, ledger: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:

@@ -94,6 +94,32 @@ def test_a_hung_candidate_is_named_at_its_own_line_and_its_workers_output_stays_
             assert not (audited / r["run_dir"] / "workers").exists(), name
 
 
+def test_a_candidates_report_leaves_its_figures_to_expkit_report(audited):
+    """An audit draws no figures with each verdict (its cost is per candidate); the measured
+    candidate's report says how to draw them, and `expkit report` does."""
+    from expkit.cli import main
+    from expkit.report.run_report import UNDRAWN
+
+    run_dir = audited / {r["candidate"]: r for r in rep.final_records(audited)}["level_1_problem_2_sample_1"]["run_dir"]
+    assert not list(run_dir.glob("*.png")) and UNDRAWN in (run_dir / "report.md").read_text()
+    assert json.loads((audited / rep.AUDIT).read_text())["plots"] is False
+    assert main(["report", str(run_dir)]) == 0
+    assert list(run_dir.glob("*.png")) and UNDRAWN not in (run_dir / "report.md").read_text()
+
+
+def test_plots_asks_each_candidates_run_to_draw_them(tmp_path):
+    jobs = []
+
+    def supervise(job, start, cancel=None):
+        jobs.append(job)
+        store.write_json(Path(job.run_dir) / store.RESULT, _fake_result("supported"))
+        return Outcome(job.run_dir, DONE, "supported", 0, seconds=1.0)
+
+    audit.run_audit([str(_one_candidate(tmp_path))], out=tmp_path / "a", device="cpu", plots=True,
+                    launcher=LocalLauncher(LauncherSettings(), gpus=[], supervisor=supervise))
+    assert [j.plots for j in jobs] == [True]
+
+
 def test_records_stream_one_line_per_attempt(audited):
     lines = (audited / rep.RECORDS).read_text().splitlines()
     recs = [json.loads(ln) for ln in lines]
@@ -574,12 +600,12 @@ def test_an_interrupted_audit_resumes_where_it_stopped(tmp_path):
 
 
 
-def test_a_jobs_environment_survives_its_file_and_pickling(tmp_path):
+def test_a_jobs_environment_and_plots_survive_its_file_and_pickling(tmp_path):
     import pickle
 
     from expkit.suites.manifest_process import Job
 
-    job = Job("m.yaml", str(tmp_path), ("measure=quick",), env=(("TRITON_CACHE_DIR", "/x/triton"),))
+    job = Job("m.yaml", str(tmp_path), ("measure=quick",), env=(("TRITON_CACHE_DIR", "/x/triton"),), plots=False)
     job.write()
     assert Job.read(tmp_path) == job and pickle.loads(pickle.dumps(job)) == job
 

@@ -114,6 +114,8 @@ def _parsers() -> Tuple[_Parser, Dict[str, _Parser]]:
                      help="do not count a candidate that runs the reference's own ops as a cheat (identity sweeps)")
     aud.add_argument("--resume", type=Path, default=None, metavar="AUDIT_DIR",
                      help="finish an audit: judge the candidates that have no final record yet")
+    aud.add_argument("--plots", action="store_true",
+                     help="draw each candidate's figures with its report (default: `expkit report RUN_DIR` draws them)")
     aud.add_argument("--json", action="store_true", help="print the final records as JSON")
     aud.add_argument("--quiet", action="store_true", help="no line per candidate")
 
@@ -253,7 +255,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     out = run_audit(paths, problems=args.problems, out=args.out, overrides=overrides, preset=args.measure,
                     device=args.device, precision=args.precision, jobs=args.jobs, timeout=args.timeout,
                     retries=args.retries, budget=args.budget, claims=args.claims,
-                    allow_baseline_ops=args.allow_baseline_ops, resume=args.resume,
+                    allow_baseline_ops=args.allow_baseline_ops, resume=args.resume, plots=args.plots,
                     log=None if args.quiet or args.json else stderr_log)
     if args.json:
         print(json.dumps({"audit": str(out.session_dir), "exit_code": out.exit_code,

@@ -419,10 +419,15 @@ def context(result: Dict[str, Any], samples: Any, env: Optional[Mapping[str, Any
     }
 
 
-def render(run_dir: Path, *, plots: bool = True, result: Optional[RunResult] = None) -> str:
-    """The report of ``run_dir``; with ``plots``, its figures are (re)drawn beside it first.
-    ``result``: the run's result where the caller holds it (else read from the folder).
-    A path that is not a run folder is an :class:`ExpkitError` (exit 2), and nothing is created."""
+#: The report's note where its figures were left to a later ``expkit report`` (``undrawn=True``).
+UNDRAWN = "Figures not drawn with the run: `expkit report` on this run's folder draws them."
+
+
+def render(run_dir: Path, *, plots: bool = True, result: Optional[RunResult] = None, undrawn: bool = False) -> str:
+    """The report of ``run_dir``; with ``plots``, its figures are (re)drawn beside it first;
+    without, ``undrawn`` says in the report how to draw them. ``result``: the run's result
+    where the caller holds it (else read from the folder). A path that is not a run folder
+    is an :class:`ExpkitError` (exit 2), and nothing is created."""
     run_dir = store.run_folder(run_dir)
     if result is None:
         result = store.load_result(run_dir / store.RESULT)
@@ -435,10 +440,12 @@ def render(run_dir: Path, *, plots: bool = True, result: Optional[RunResult] = N
         from .plots import write_run_plots
 
         drawn, plot_notes = write_run_plots(run_dir, result, samples)
+    elif undrawn:
+        plot_notes = [UNDRAWN]
     return template_env().get_template("report.md.j2").render(**context(result, samples, env, drawn, plot_notes))
 
 
-def write(run_dir: Path, *, plots: bool = True, result: Optional[RunResult] = None) -> Path:
+def write(run_dir: Path, *, plots: bool = True, result: Optional[RunResult] = None, undrawn: bool = False) -> Path:
     out = Path(run_dir) / store.REPORT
-    store.atomic_write(out, render(run_dir, plots=plots, result=result))
+    store.atomic_write(out, render(run_dir, plots=plots, result=result, undrawn=undrawn))
     return out

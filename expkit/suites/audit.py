@@ -232,7 +232,7 @@ def run_audit(paths: Sequence[str] = (), *, problems: Optional[Path] = None, out
               device: str = "auto", precision: str = "fp32", jobs: Optional[int] = None,
               timeout: Optional[float] = None, retries: int = 2, budget: Optional[float] = None,
               claims: Optional[Path] = None, allow_baseline_ops: bool = False, resume: Optional[Path] = None,
-              launcher: Any = None, log: Optional[Log] = None) -> AuditOutcome:
+              plots: bool = False, launcher: Any = None, log: Optional[Log] = None) -> AuditOutcome:
     """Judge every candidate ``paths`` name into one audit folder; see the module docstring.
 
     ``jobs`` CPU workers at a time (``launcher.parallel_cpu``); ``timeout`` seconds per
@@ -241,7 +241,8 @@ def run_audit(paths: Sequence[str] = (), *, problems: Optional[Path] = None, out
     the candidates without a final record run (a retry that was due runs at its preset),
     with the settings the audit started with (only ``launcher.*`` overrides may be added).
     Returns the final record of each candidate; the exit code is 0 once every candidate
-    has one (130 if interrupted).
+    has one (130 if interrupted). ``plots``: each candidate's report draws its figures
+    (else ``expkit report`` on its run folder draws them: an audit's cost is per candidate).
     """
 
     say = log or (lambda line: None)
@@ -253,7 +254,8 @@ def run_audit(paths: Sequence[str] = (), *, problems: Optional[Path] = None, out
         session_dir, plan, cands, retry = _planned(paths, problems=problems, out=out, root=root, overrides=overrides,
                                                   preset=preset, device=device, precision=precision, jobs=jobs,
                                                   timeout=timeout, retries=retries, budget=budget, claims=claims,
-                                                  allow_baseline_ops=allow_baseline_ops, launcher=launcher)
+                                                  allow_baseline_ops=allow_baseline_ops, plots=plots,
+                                                  launcher=launcher)
         todo = [(c, Step(plan["preset"]), 1) for c in cands]
     settings, launch = _launch(plan["overrides"], plan["preset"], session_dir, launcher)
     retry.bound_by(float(settings.launcher.timeout_seconds), getattr(launch, "max_timeout", None))
@@ -290,7 +292,8 @@ def _launch(overrides: Sequence[str], preset: str, session_dir: Path, launcher: 
 def _planned(paths: Sequence[str], *, problems: Optional[Path], out: Optional[Path], root: Path,
              overrides: Sequence[str], preset: str, device: str, precision: str, jobs: Optional[int],
              timeout: Optional[float], retries: int, budget: Optional[float], claims: Optional[Path],
-             allow_baseline_ops: bool, launcher: Any) -> Tuple[Path, Dict[str, Any], List[Candidate], Retries]:
+             allow_baseline_ops: bool, plots: bool, launcher: Any) -> Tuple[Path, Dict[str, Any], List[Candidate],
+                                                                           Retries]:
     """A new audit folder, its manifests and its plan (``audit.json``), checked before anything runs."""
 
     if not paths:
@@ -334,7 +337,7 @@ def _planned(paths: Sequence[str], *, problems: Optional[Path], out: Optional[Pa
         "preset": preset, "overrides": extra, "retries": retries, "budget_seconds": budget,
         "thresholds": list(rep.THRESHOLDS), "confidence": 0.95, "slots": None,
         "candidates": [asdict(c) for c in cands], "claims": claimed, "orphans": orphans,
-        "problems_without_candidates": missing, "allow_baseline_ops": allow_baseline_ops,
+        "problems_without_candidates": missing, "allow_baseline_ops": allow_baseline_ops, "plots": plots,
     }
     return session_dir, plan, cands, Retries(extra, retries, budget)
 
@@ -409,7 +412,7 @@ def _run_rounds(todo: List[Tuple[Candidate, Step, int]], session_dir: Path, plan
             if attempt > 1:
                 limit = retry.time_limits.get(cand.candidate, limit)
             job = Job(cand.manifest, str(run_dir), at.overrides(plan["overrides"]), plan["device"],
-                      timeout=limit, env=_cache_env(session_dir, cand.candidate))
+                      timeout=limit, env=_cache_env(session_dir, cand.candidate), plots=bool(plan.get("plots", True)))
             jobs.append(job)
             meta[job.run_dir] = (cand, at, attempt)
         again: List[Tuple[Candidate, Step, int]] = []

@@ -117,6 +117,8 @@ class Job:
     #: Environment variables set in the worker before the manifest runs (``expkit audit``
     #: gives each candidate its own compile caches this way); every process it starts inherits them.
     env: Tuple[Tuple[str, str], ...] = ()
+    #: Whether the run's report draws its figures; ``expkit audit`` leaves them to ``expkit report``.
+    plots: bool = True
 
     def write(self) -> Path:
         path = Path(self.run_dir) / JOB
@@ -227,7 +229,7 @@ def run_job(job: Job) -> int:
         print(f"expkit worker pid {os.getpid()}: {job.manifest} -> {job.run_dir}"
               + (f" on CUDA_VISIBLE_DEVICES={job.gpu}" if job.gpu is not None else ""), flush=True)
         t0 = time.monotonic()
-        outcome = run_manifest(job.manifest, worker_overrides(job), run_dir)
+        outcome = run_manifest(job.manifest, worker_overrides(job), run_dir, plots=job.plots)
     except ExpkitError as e:
         _atomic_write(run_dir / ERROR, str(e) + "\n")
         print(f"error: {e}", file=sys.stderr, flush=True)
