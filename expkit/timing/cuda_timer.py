@@ -326,36 +326,14 @@ class CudaTimer:
         sized on that queue (3x it); rehearsed, the first timed block is sized on what a
         call queues. The clock and the lead spin still learn from it; the queuing estimate
         does not."""
-        rec = self._recorder
         self._tags.reset()
-        if rec is not None:
-            try:
-                rec.start()
-                self._active = rec
-            except Exception:  # the first timed block's start says what fails
-                pass
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            self._run_held(fn, 1, self.hold_floor_s)
-        finally:
-            if gc_was_enabled:
-                gc.enable()
-            if self._active is not None:
-                self._active = None
-                try:
-                    rec.stop()  # type: ignore[union-attr]
-                except Exception:  # as above: the first timed block meets it
-                    pass
-            self._tags.reset()
+        self._recording(lambda: self._run_held(fn, 1, self.hold_floor_s))  # a failing recorder: the first block says
+        self._tags.reset()
 
-    def sample(self, fn: Callable[[], Any], number: int) -> float:
-        """Seconds per call over ``number`` calls (see the module docstring): kernel time
-        with a recorder, else event time; ``last_timing`` has the block's whole account."""
-        log: list[dict[str, Any]] = []
-        kept: list[dict[str, Any]] = []
-        self._retries = 0
-        self._tags.reset()
+    def _recording(self, run: Callable[[], Any]) -> tuple[Any, str]:
+        """``run()`` with the recorder collecting, where there is one, and the garbage
+        collector off: the records (None without), and what went wrong with the recorder
+        ("" where nothing did)."""
         rec, recorded, trouble = self._recorder, None, ""
         if rec is not None:
             try:
@@ -368,8 +346,7 @@ class CudaTimer:
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            for n in split_calls(number, self.max_calls_per_hold):
-                kept.extend(self._chunk(fn, n, log))
+            run()
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -379,6 +356,22 @@ class CudaTimer:
                     recorded = rec.stop() if rec is not None else None
                 except Exception as e:
                     trouble = f"{type(e).__name__}: {e}"
+        return recorded, trouble
+
+    def sample(self, fn: Callable[[], Any], number: int) -> float:
+        """Seconds per call over ``number`` calls (see the module docstring): kernel time
+        with a recorder, else event time; ``last_timing`` has the block's whole account."""
+        log: list[dict[str, Any]] = []
+        kept: list[dict[str, Any]] = []
+        self._retries = 0
+        self._tags.reset()
+        rec = self._recorder
+
+        def chunks() -> None:
+            for n in split_calls(number, self.max_calls_per_hold):
+                kept.extend(self._chunk(fn, n, log))
+
+        recorded, trouble = self._recording(chunks)
         event_total = sum(o["event_total"] for o in kept)
         foreign = False
         max_slack = -math.inf
