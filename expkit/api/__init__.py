@@ -99,7 +99,8 @@ def run(manifest: ManifestLike, *, out: Optional[Union[str, "os.PathLike[str]"]]
     re-rendered), under the folder name ``name`` (default: the manifest's file name, or
     the manifest's ``name`` for a dict). ``progress`` is called once a round. ``plots``:
     draw the report's figures before returning (False leaves them to
-    ``expkit.report.run_report.write(run_dir)``, as the CLI does after printing the verdict).
+    ``expkit.report.run_report.write(run_dir)``, as the CLI does after printing the verdict;
+    until then the report says that ``expkit report`` draws them).
 
     Raises :class:`ExpkitError` (a subclass names file, key and fix) when the manifest or
     the settings are wrong and nothing ran; a run that went wrong is a ``Result`` with the
