@@ -327,7 +327,8 @@ class CudaTimer:
         call queues. The clock and the lead spin still learn from it; the queuing estimate
         does not."""
         self._tags.reset()
-        self._recording(lambda: self._run_held(fn, 1, self.hold_floor_s))  # a failing recorder: the first block says
+        # Records and any recorder trouble dropped: the first timed block meets the same recorder.
+        self._recording(lambda: self._run_held(fn, 1, self.hold_floor_s))
         self._tags.reset()
 
     def _recording(self, run: Callable[[], Any]) -> tuple[Any, str]:

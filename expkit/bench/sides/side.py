@@ -508,8 +508,7 @@ class CaseState:
         warm_up(one, seconds, CLOCK)  # each call drained: nothing left queued for the first block
         rehearse = getattr(self.timer, "rehearse", None)
         if rehearse is not None:  # the GPU timer's first-use costs, paid outside every timed block
-            rehearse(self.call)
-            self.commit_pending()
+            rehearse(self.call)  # not committing (begin(None)): its output is not kept
         self.leaked_threads = 0  # a pool started lazily starts here in a replicate's fresh process
 
 
