@@ -1,7 +1,7 @@
 """CudaTimer on a real GPU: a spin of known length, a side-stream cheat, cold vs warm, the hold.
 
 References are independent of the timer: CUPTI kernel durations (torch.profiler) of
-the very calls the timer made, and the SM clock NVML reads during the run.
+the very calls the timer made, and the card's maximum SM clock, which NVML reads.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ pytestmark = [
 ]
 
 from expkit.timing.cuda_timer import CudaTimer  # noqa: E402
-from expkit.timing.telemetry import NvmlTelemetry, open_telemetry  # noqa: E402
+from expkit.timing.telemetry import DEFAULT_SLOW_CLOCK_THRESHOLD, NvmlTelemetry, open_telemetry  # noqa: E402
 
 SPIN = "spin_kernel"
 
@@ -100,16 +100,17 @@ def test_spin_of_known_cycles_matches_cupti_and_the_sm_clock(cycles, cold):
     overhead = 3.5e-6 if cold else 1.2e-6
     assert got == pytest.approx(cupti + overhead / 2, rel=0.02, abs=overhead / 2), (got, cupti, why)
     # The spin counts SM cycles, so the time implies a clock. It can never exceed the
-    # card's maximum: a timer that lost part of the spin would imply one that does.
-    # NVML's own clock reading is no tighter reference: on an H200 right after a
-    # power-capped load it read a steady 1590-1605 MHz while the spin (timer and CUPTI
-    # agreeing) implied 1866 MHz, so it is only a loose lower bound here.
+    # card's maximum: a timer that lost part of the spin would imply one that does. Time
+    # the timer added is what the CUPTI comparison above catches. NVML's clock reading is
+    # no reference for the implied clock in either direction (telemetry.py's docstring):
+    # on an H200 it read a steady 1590-1605 MHz while the spin implied 1866 MHz, and on
+    # H200s whose host's other GPUs were busy it read 1980 MHz while spins implied
+    # 1568-1771 MHz, timer and CUPTI agreeing (evidence/ci/gpu-suite/, twice). The lower
+    # bound is the slow-clock rule expkit applies to its own samples instead.
     implied_mhz = cycles / got / 1e6
     if max_mhz:
         assert implied_mhz <= 1.02 * max_mhz, (implied_mhz, max_mhz)
-    clocks = [c for c in log.sm_clock_mhz if c == c]
-    if clocks:
-        assert implied_mhz >= 0.9 * min(clocks), (implied_mhz, clocks[:5])
+        assert implied_mhz >= DEFAULT_SLOW_CLOCK_THRESHOLD * max_mhz, (implied_mhz, max_mhz, log.sm_clock_mhz[:5])
 
 
 @pytest.mark.parametrize("cold", [False, True])
