@@ -107,7 +107,8 @@ for step in $steps; do
     block-profile)
       # Where each worker's timed blocks spend their time, by role (benchmarks/probes/block_profile.py):
       # the identity candidate (sample 0) of each problem of PROFILE_PROBLEMS (default 1,40) at
-      # `measure=quick measure.processes=3`; PROFILE_OPS (default block) names the requests profiled.
+      # `measure=quick measure.processes=3`; PROFILE_OPS (default block) names the requests profiled,
+      # PROFILE_TOP (default 30) how many functions each role's table lists.
       mkdir -p /tmp/kb && cp -r .kernelbench/KernelBench /tmp/kb/KernelBench
       python3 benchmarks/kernelbench_generation_run.py .kernelbench --level 1 --problems "${PROFILE_PROBLEMS:-1,40}" \
         --out /tmp/kb/runs/own > /tmp/batch/kb-generate.log 2>&1
@@ -116,7 +117,7 @@ for step in $steps; do
         problem=$(ls /tmp/kb/KernelBench/level1/ | grep "^${p}_")
         printf 'name: profile_%s\ndevice: cuda\nkernelbench:\n  problem: /tmp/kb/KernelBench/level1/%s\n  solution: /tmp/kb/runs/own/level_1_problem_%s_sample_0_kernel.py\n  precision: fp32\nclaim: {speedup: 1.0, tolerance: 0.05}\ncases:\n  - name: default\nexpect: {forbid_baseline: false}\n' \
           "$p" "$problem" "$p" > "/tmp/kb/profile_$p.yaml"
-        python3 benchmarks/probes/block_profile.py "/tmp/kb/profile_$p.yaml" "/tmp/kb/profile-$p" --ops "${PROFILE_OPS:-block}" \
+        python3 benchmarks/probes/block_profile.py "/tmp/kb/profile_$p.yaml" "/tmp/kb/profile-$p" --ops "${PROFILE_OPS:-block}" --top "${PROFILE_TOP:-30}" \
           measure=quick measure.processes=3 2>&1 | tee "/tmp/batch/block-profile-$p.md"
       done ;;
     warm-start)

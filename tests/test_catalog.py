@@ -44,6 +44,19 @@ def test_default_path_is_the_shipped_file():
     assert catalog.default_catalog_path().resolve() == CATALOG_FILE
 
 
+def test_the_shipped_data_files_read_the_same_with_the_fast_loader_as_with_the_pure_python_one():
+    """The loader data files are read with (libyaml's, where PyYAML has it) builds the same
+    data as PyYAML's pure-Python safe loader, for every shipped file it reads."""
+    from expkit.manifest import paths, prices
+
+    for path, version in ((CATALOG_FILE, catalog.CATALOG_SCHEMA_VERSION),
+                          (prices.default_prices_path(), prices.PRICES_SCHEMA_VERSION)):
+        got = paths.read_versioned_yaml(path, schema_version=version, what="data", error=CatalogError)
+        assert got == yaml.load(path.read_text(), Loader=yaml.SafeLoader), path
+    if getattr(yaml, "__with_libyaml__", False):  # PyYAML's wheels are built with it
+        assert paths.SAFE_LOADER is yaml.CSafeLoader
+
+
 def test_catalog_has_the_required_gpus(cat):
     assert set(REQUIRED) <= set(cat)
 

@@ -27,12 +27,19 @@ def conf_dir() -> Path:
     return _CHECKOUT_CONF
 
 
+#: libyaml's safe loader where PyYAML was built with it, else the pure-Python one; both build
+#: the same plain data from these files (tests/test_catalog.py compares them). A GPU run's
+#: baseline worker reads the GPU catalog as it starts, in every fresh process: the pure-Python
+#: parse cost several times libyaml's (evidence/README.md).
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def read_versioned_yaml(path: Path, *, schema_version: int, what: str, error: type) -> dict:
     """A configuration data file (catalog, price list) as a dict, checked for its schema
     version; any problem is raised as ``error`` naming the file and what it is."""
 
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = yaml.load(Path(path).read_text(), Loader=SAFE_LOADER)
     except OSError as e:
         raise error(f"{path}: cannot read the {what} ({e.strerror})") from None
     except yaml.YAMLError as e:
