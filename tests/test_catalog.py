@@ -45,8 +45,8 @@ def test_default_path_is_the_shipped_file():
 
 
 def test_the_shipped_data_files_read_the_same_with_the_fast_loader_as_with_the_pure_python_one():
-    """The loader data files are read with (libyaml's, where PyYAML has it) builds the same
-    data as PyYAML's pure-Python safe loader, for every shipped file it reads."""
+    """Data files are read with libyaml's safe loader where PyYAML has it; from every shipped
+    file it reads, that builds the same data as PyYAML's pure-Python safe loader."""
     from expkit.manifest import paths, prices
 
     for path, version in ((CATALOG_FILE, catalog.CATALOG_SCHEMA_VERSION),
