@@ -16,8 +16,8 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "manifests" / "examples" / "cpu
 
 
 def _quick(processes: int) -> list:
-    """``quick`` in ``processes`` pairs, with half a second of timed calls a case at most:
-    these tests follow the pairs and their workers, whatever the verdict."""
+    """``quick`` in ``processes`` pairs, with half a second of timed calls a case at most (and
+    the runs draw no figures): these tests follow the pairs and their workers, whatever the verdict."""
     return ["measure=quick", f"measure.processes={processes}", "measure.max_seconds=0.5"]
 
 
@@ -50,7 +50,7 @@ def _run_logged(manifest: str, tmp_path: Path, monkeypatch):
     monkeypatch.setattr(pair_module.Pair, "begin_close", logged_begin)
     monkeypatch.setattr(pair_module.Pair, "greet", logged_greet)
     out = tmp_path / "run"
-    runner.run_manifest(EXAMPLES / manifest, _quick(3), out)
+    runner.run_manifest(EXAMPLES / manifest, _quick(3), out, plots=False)
     return log, json.loads((out / "result.json").read_text())
 
 
@@ -102,7 +102,7 @@ def test_the_run_folder_keeps_the_first_pairs_output(tmp_path, monkeypatch):
 
     monkeypatch.setattr(endpoint.WorkerEndpoint, "close", noted)
     out = tmp_path / "run"
-    runner.run_manifest(EXAMPLES / "honest-win.yaml", _quick(3), out)
+    runner.run_manifest(EXAMPLES / "honest-win.yaml", _quick(3), out, plots=False)
     assert closes[:2] == [out, out] and closes[2:] == [None] * 4, closes
     assert (out / "worker-stdout.txt").exists()
 
@@ -124,7 +124,7 @@ def test_a_pair_that_closes_next_skips_giving_back_its_cached_memory(tmp_path, m
 
     monkeypatch.setattr(endpoint.WorkerEndpoint, "send", logged)
     out = tmp_path / "run"
-    runner.run_manifest(EXAMPLES / "honest-win.yaml", _quick(2), out)
+    runner.run_manifest(EXAMPLES / "honest-win.yaml", _quick(2), out, plots=False)
     assert sent == [("baseline", True), ("candidate", True), ("baseline", False), ("candidate", False)] * 2, sent
 
 
@@ -157,7 +157,7 @@ def test_both_workers_end_a_case_and_close_at_once(tmp_path, monkeypatch):
 
     for name, fn in (("send", sent), ("receive", got), ("begin_close", begun), ("close", closed)):
         monkeypatch.setattr(endpoint.WorkerEndpoint, name, fn)
-    runner.run_manifest(EXAMPLES / "honest-win.yaml", _quick(2), tmp_path / "run")
+    runner.run_manifest(EXAMPLES / "honest-win.yaml", _quick(2), tmp_path / "run", plots=False)
     ends = [i for i, e in enumerate(log) if e[:2] == ("send", "finish_case")]
     assert len(ends) == 2 * 2 * 2, log  # two cases, two replicates, two sides
     for i in ends[::2]:
@@ -184,8 +184,7 @@ def test_each_pair_asks_once_how_its_workers_start(tmp_path, monkeypatch):
         started(self, lm, settings, device, role, ctx)
 
     monkeypatch.setattr(endpoint.WorkerEndpoint, "__init__", worker)
-    result = runner.run_manifest(EXAMPLES / "honest-win.yaml", _quick(2),
-                                 tmp_path / "run").result
+    result = runner.run_manifest(EXAMPLES / "honest-win.yaml", _quick(2), tmp_path / "run", plots=False).result
     # At least the first pair and the second replicate's (a spare that does not answer is
     # started again); each pair's two workers share one context, asked for once.
     assert len(pairs) >= 4 and len(pairs) % 2 == 0, pairs
@@ -245,7 +244,7 @@ def test_a_pair_that_fails_to_start_early_still_lets_the_one_before_it_close(tmp
     monkeypatch.setattr(rep.Replicates, "start_early", fails)
     monkeypatch.setattr(pair_module.Pair, "close", noted)
     out = tmp_path / "run"
-    result = runner.run_manifest(EXAMPLES / "honest-win.yaml", _quick(2), out).result
+    result = runner.run_manifest(EXAMPLES / "honest-win.yaml", _quick(2), out, plots=False).result
     assert result["memory"]["measured"]["candidate"]["requests"]["hello"]["count"] == 2
     assert len(set(closed)) == 2, closed
     assert result["verdict"] in ("supported", "inconclusive"), result["reasons"]
@@ -271,7 +270,7 @@ def test_a_pair_started_early_whose_workers_do_not_answer_is_started_again(tmp_p
 
     monkeypatch.setattr(rep.Replicates, "start_early", start_and_kill)
     out = tmp_path / "run"
-    result = runner.run_manifest(EXAMPLES / "honest-win.yaml", _quick(2), out).result
+    result = runner.run_manifest(EXAMPLES / "honest-win.yaml", _quick(2), out, plots=False).result
     assert len(killed) == 1
     assert result["verdict"] in ("supported", "inconclusive"), result["reasons"]
     assert not [f for f in result["checks"] if not f["ok"] and f["severity"] == "invalid"], result["checks"]
@@ -304,6 +303,6 @@ def test_a_pair_started_early_whose_hello_raises_is_closed_and_started_again(tmp
     monkeypatch.setattr(pair_module.Pair, "greet", raising)
     monkeypatch.setattr(pair_module.Pair, "close", noted)
     out = tmp_path / "run"
-    result = runner.run_manifest(EXAMPLES / "honest-win.yaml", _quick(2), out).result
+    result = runner.run_manifest(EXAMPLES / "honest-win.yaml", _quick(2), out, plots=False).result
     assert marked == [1] and True in closed, (marked, closed)  # the pair whose hello raised was closed
     assert result["verdict"] in ("supported", "inconclusive"), result["reasons"]

@@ -1,9 +1,9 @@
 """The adversarial suite: every bad candidate is caught, with the right reason; no honest
 one raises an alarm. Each manifest in ``cpu/`` runs end to end through
 ``expkit.runner.run_manifest`` (worker process, channel, preflight, timing, verdict),
-with measurement settings cut to fractions of a second: the claims here are not what
-is being tested, the defences are. ``docs/threat-model.md`` maps each candidate to
-the defence that catches it.
+with measurement settings cut to fractions of a second and no figures drawn: the claims
+and the reports here are not what is being tested, the defences are.
+``docs/threat-model.md`` maps each candidate to the defence that catches it.
 
 The last tests run two cheats through the *undefended* harness
 (``defences.enabled=false``) and check that they get through: the suite's teeth are
@@ -148,7 +148,7 @@ OTHER = ("baseline_patch",)
 
 
 def run(name: str, out: Path, *extra: str):
-    return run_manifest(HERE / f"{name}.yaml", FAST + NEEDS.get(name, ()) + extra, out_dir=out)
+    return run_manifest(HERE / f"{name}.yaml", FAST + NEEDS.get(name, ()) + extra, out_dir=out, plots=False)
 
 
 #: Warnings that name the host, not the code, in a case timed while other work held the cores:
@@ -268,14 +268,15 @@ def test_cheats_that_stop_the_baselines_worker_are_refused_by_the_confinement(na
 
     if landlock_abi() < abi:
         pytest.skip(f"this kernel's Landlock ABI is {landlock_abi()}; the confinement needs {abi} for this")
-    out = run_manifest(HERE / f"{name}.yaml", FAST, out_dir=tmp_path / "on")
+    out = run_manifest(HERE / f"{name}.yaml", FAST, out_dir=tmp_path / "on", plots=False)
     confinement = out.result["defences"]["confinement"]
     assert confinement["trace"] and confinement["landlock_abi"] >= abi, confinement
     told = _told(tmp_path / "on")
     assert "refused" in told and "stopped" not in told, told
     assert out.verdict != "supported", out.result["reasons"]
     # The cheat has teeth: unconfined, it stops the baseline's worker.
-    off = run_manifest(HERE / f"{name}.yaml", FAST + UNCONFINED + UNFROZEN, out_dir=tmp_path / "off")
+    off = run_manifest(HERE / f"{name}.yaml", FAST + UNCONFINED + UNFROZEN, out_dir=tmp_path / "off",
+                       plots=False)
     assert off.result["defences"]["confinement"] is None
     told = _told(tmp_path / "off")
     if "stopped" not in told:
@@ -302,14 +303,14 @@ def test_a_candidate_that_computes_while_its_baseline_is_timed_earns_nothing(nam
     freeze stops every thread of it: the watch reads nothing of its CPU time in the
     baseline's blocks, and the cheat earns what its honest addmm earns."""
     cfg = tuple(a for a in NEEDS.get(name, ()) if a not in UNFROZEN)  # the freeze on, as shipped
-    on = run_manifest(HERE / f"{name}.yaml", FAST + cfg, out_dir=tmp_path / "on")
+    on = run_manifest(HERE / f"{name}.yaml", FAST + cfg, out_dir=tmp_path / "on", plots=False)
     assert on.verdict != "supported", on.result["reasons"]
     assert not [c for c in on.result["checks"] if not c["ok"] and c["check"] == "interference"], on.result["reasons"]
     assert on.result["defences"]["frozen"] is True
     seen = on.result["defences"]["interference"]["c"]["baseline"]
     assert seen["other_cpu_ms"] <= 0.05 * seen["timed_ms"], seen  # stopped: next to no CPU time
     # The cheat has teeth: without the freeze it computes beside the baseline.
-    off = run_manifest(HERE / f"{name}.yaml", FAST + cfg + UNFROZEN, out_dir=tmp_path / "off")
+    off = run_manifest(HERE / f"{name}.yaml", FAST + cfg + UNFROZEN, out_dir=tmp_path / "off", plots=False)
     assert off.result["defences"]["frozen"] is False
     seen = off.result["defences"]["interference"]["c"]["baseline"]
     assert seen["other_cpu_ms"] > 0.3 * seen["timed_ms"], seen
@@ -319,7 +320,7 @@ def test_a_candidate_that_stops_its_baseline_unconfined_earns_nothing_frozen(tmp
     """Where the confinement cannot refuse signals (Landlock ABI below 6, Linux before 6.12)
     the freeze is the layer left: `sibling_stop`'s thread, which stops the baseline's worker
     while the candidate is not being called, is itself stopped while the baseline is timed."""
-    out = run_manifest(HERE / "sibling_stop.yaml", FAST + UNCONFINED, out_dir=tmp_path)
+    out = run_manifest(HERE / "sibling_stop.yaml", FAST + UNCONFINED, out_dir=tmp_path, plots=False)
     assert out.result["defences"]["frozen"] is True and out.result["defences"]["confinement"] is None
     assert out.verdict != "supported", out.result["reasons"]
 
@@ -334,7 +335,7 @@ def test_a_candidate_that_rewrites_the_baselines_module_is_caught(tmp_path):
 
     for f in ("baseline_rewrite.yaml",) + COPIED["baseline_rewrite"]:
         shutil.copy(HERE / f, tmp_path / f)
-    out = run_manifest(tmp_path / "baseline_rewrite.yaml", FAST, out_dir=tmp_path / "out")
+    out = run_manifest(tmp_path / "baseline_rewrite.yaml", FAST, out_dir=tmp_path / "out", plots=False)
     assert "adv_baseline_rewrite" in (tmp_path / "adv_rewrite_base.py").read_text()  # the cheat did rewrite it
     got = reason_checks(out.result)
     assert out.verdict == "invalid" and "" in got.get("tamper", set()), out.result["reasons"]
@@ -567,7 +568,7 @@ GPU_NEEDS = {"sibling_stop": UNCONFINED + UNFROZEN}
 
 
 def run_gpu(path: Path, out: Path, *extra: str):
-    return run_manifest(path, FAST + extra, out_dir=out)
+    return run_manifest(path, FAST + extra, out_dir=out, plots=False)
 
 
 @pytest.mark.parametrize("name", sorted(GPU_BAD))
