@@ -27,16 +27,32 @@ class Clocks:
         return self.ns.get(pid)
 
 
-def _timed(w: WorkerWatch, clocks: Clocks, side: str, wall_ns: int, other_ns: int, t: int = 0) -> None:
+class Wall:
+    """The parent's clock, advanced by hand."""
+
+    def __init__(self) -> None:
+        self.ns = 0
+
+    def __call__(self) -> int:
+        return self.ns
+
+
+def watch(clocks: Clocks, wall: "Wall | None" = None, **kw) -> WorkerWatch:
+    return WorkerWatch({"b": 1, "c": 2}, priority=SAME, read=clocks.read, events=lambda pid: None,
+                       clock=wall or Wall(), **kw)
+
+
+def _timed(w: WorkerWatch, clocks: Clocks, side: str, wall_ns: int, other_ns: int) -> None:
     other = 2 if side == "b" else 1
-    w.before(side, t)
+    w.before(side)
     clocks.ns[other] += other_ns
-    w.after(t + wall_ns)
+    w.clock.ns += wall_ns
+    w.after()
 
 
 def test_the_other_worker_computing_while_a_side_is_timed_is_named_with_its_figures():
     clocks = Clocks()
-    w = WorkerWatch({"b": 1, "c": 2}, priority=SAME, read=clocks.read, events=lambda pid: None)
+    w = watch(clocks)
     for _ in range(10):
         _timed(w, clocks, "b", 4_000_000, 2_000_000)  # the candidate at half a core beside the baseline
         _timed(w, clocks, "c", 4_000_000, 10_000)     # the baseline waits
@@ -52,7 +68,7 @@ def test_the_other_worker_computing_while_a_side_is_timed_is_named_with_its_figu
 ])
 def test_a_waiting_worker_raises_no_alarm(other_ns, wall_ns):
     clocks = Clocks()
-    w = WorkerWatch({"b": 1, "c": 2}, priority=SAME, read=clocks.read, events=lambda pid: None)
+    w = watch(clocks)
     _timed(w, clocks, "b", wall_ns, other_ns)
     assert w.findings("k", ROLES) == []
 
@@ -64,7 +80,7 @@ def test_an_idle_workers_own_pool_may_spin_up_to_its_threads_but_one():
     assert interference.pool_cores(1) == 0.0 and interference.pool_cores(2) == 1.0 and interference.pool_cores(0) == 0.0
     assert interference.pool_cores(None) == float(max(0, (os.cpu_count() or 1) - 1))
     clocks = Clocks()
-    w = WorkerWatch({"b": 1, "c": 2}, priority=SAME, read=clocks.read, events=lambda pid: None, pool_cores=1.0)
+    w = watch(clocks, pool_cores=1.0)
     _timed(w, clocks, "b", 40_000_000, 36_000_000)  # 0.9 cores: its pool's spin
     assert w.findings("k", ROLES) == []
     _timed(w, clocks, "b", 40_000_000, 56_000_000)  # 1.4 cores: more than a spinning pool
@@ -73,12 +89,36 @@ def test_an_idle_workers_own_pool_may_spin_up_to_its_threads_but_one():
     assert "limit 1.25 cores, 1 of them for its thread pool's spin" in got[0].message
 
 
+def test_one_spinning_thread_is_one_core_however_long_the_parent_waits_around_its_reads():
+    """The other worker's one pool thread spins through every request, and the parent is
+    held off its core for 3 ms inside each CPU-clock read (a busy host): the wall the
+    figure is divided by spans the reads, so the thread reads one core, within its pool's
+    allowance. Stamped apart from the reads, the same requests read 2.5 cores."""
+    clocks, wall = Clocks(), Wall()
+
+    def held_off(pid: int):
+        wall.ns += 3_000_000
+        clocks.ns[2] += 3_000_000  # the spinning thread ran all the while
+        return clocks.ns[pid]
+
+    w = WorkerWatch({"b": 1, "c": 2}, priority=SAME, read=held_off, events=lambda pid: None, clock=wall,
+                    pool_cores=1.0)
+    for _ in range(10):
+        w.before("b")
+        wall.ns += 2_000_000
+        clocks.ns[2] += 2_000_000
+        w.after()
+    assert w.summary()["b"]["other_cpu_ms"] / w.summary()["b"]["timed_ms"] <= 1.0, w.summary()
+    assert w.findings("k", ROLES) == []
+
+
 def test_a_worker_that_is_gone_is_not_judged():
     clocks = Clocks()
-    w = WorkerWatch({"b": 1, "c": 2}, priority=SAME, read=clocks.read, events=lambda pid: None)
-    w.before("b", 0)
+    w = watch(clocks)
+    w.before("b")
     del clocks.ns[2]
-    w.after(10_000_000)
+    w.clock.ns += 10_000_000
+    w.after()
     assert w.wall_ns == {} and w.findings("k", ROLES) == []
 
 
@@ -136,8 +176,8 @@ def test_a_gpu_runs_watch_reads_no_cpu_clock_but_sees_stops():
     read = []
     w = WorkerWatch({"b": 1, "c": 2}, priority=SAME, cpu=False, read=lambda pid: read.append(pid) or 0,
                   events={2: "stopped"}.get)
-    w.before("b", 0)
-    w.after(50_000_000)
+    w.before("b")
+    w.after()
     got = w.findings("k", ROLES)
     assert read == [] and w.summary() == {}
     assert [f.message.split(" was")[0] for f in got] == ["the candidate's worker"]
@@ -217,7 +257,7 @@ def test_a_worker_whose_priority_is_not_the_runs_is_named():
     requests, held against the parent's own, which a worker inherits; a real-time policy
     (a privileged candidate raising its own) is named too."""
     nice = {1: (0, 0), 2: (0, 0)}
-    w = WorkerWatch({"b": 1, "c": 2}, read=lambda pid: 0, events=lambda pid: None, priority=nice.get, expected=(0, 0))
+    w = WorkerWatch({"b": 1, "c": 2}, read=lambda pid: 0, events=lambda pid: None, clock=Wall(), priority=nice.get, expected=(0, 0))
     _timed(w, Clocks(), "b", 1_000_000, 0)
     assert w.findings("k", ROLES) == []
     nice[1] = (0, 19)
@@ -240,7 +280,7 @@ def test_a_worker_put_back_from_the_relays_batch_policy_is_named():
     the run's expected policy is ``SCHED_BATCH``: a worker set back to ``SCHED_OTHER`` (which
     preempts the parent when woken, and has the parent interrupt its timed calls) is named."""
     policy = {1: (os.SCHED_BATCH, 0), 2: (os.SCHED_BATCH, 0)}
-    w = WorkerWatch({"b": 1, "c": 2}, read=lambda pid: 0, events=lambda pid: None, priority=policy.get,
+    w = WorkerWatch({"b": 1, "c": 2}, read=lambda pid: 0, events=lambda pid: None, clock=Wall(), priority=policy.get,
                     expected=(os.SCHED_BATCH, 0))
     _timed(w, Clocks(), "b", 1_000_000, 0)
     assert w.findings("k", ROLES) == []
@@ -259,8 +299,8 @@ def test_a_real_workers_priority_is_read_from_the_parent():
         assert interference.read_priority(pid) == interference.read_priority(0)
         os.setpriority(os.PRIO_PROCESS, pid, interference.read_priority(0)[1] + 5)
         w = WorkerWatch({"b": pid, "c": os.getpid()}, events=lambda p: None)
-        w.before("b", 0)
-        w.after(1)
+        w.before("b")
+        w.after()
         assert [f.check for f in w.findings("k", ROLES)] == [INTERFERENCE]
     finally:
         os.kill(pid, signal.SIGKILL)

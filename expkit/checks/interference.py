@@ -148,20 +148,26 @@ class WorkerWatch:
     worker's CPU time in each side's block requests, stops, and priorities.
 
     ``pids``: side -> the worker's pid (two sides). :meth:`before` and :meth:`after`
-    bracket one side's request on the parent's clock; :meth:`findings` judges the case
-    and starts the next from zero. ``cpu``: whether the CPU time is watched (a CPU run;
+    bracket one side's request; :meth:`findings` judges the case and starts the next from
+    zero. The wall a side's CPU figure is divided by is stamped on ``clock`` before the
+    first read of the other worker's CPU clock and after the second: the wall holds every
+    nanosecond the CPU time could have been spent in, so one thread of the other worker
+    is never more than one core, however long the parent itself waits around its reads
+    (an honest pool's one spinning thread read more than its allowance on a busy host
+    where the wall was stamped apart from the reads: evidence/README.md). ``cpu``: whether the CPU time is watched (a CPU run;
     stops and priorities are watched either way). Each side's priority (its main
     thread's scheduling policy and nice: the thread that times its calls) is read after
     each of its requests and held against ``expected``: the parent's, which a worker
     inherits, or the policy the relay gave both (``bench.sides.case_sides``). ``pool_cores``:
     the cores an idle worker's own thread pool may spin (``measure.cpu_threads - 1``),
     allowed beyond :data:`IDLE_CORES_LIMIT`.
-    ``read``, ``events`` and ``priority`` are the seams for tests."""
+    ``read``, ``events``, ``priority`` and ``clock`` are the seams for tests."""
 
     pids: Mapping[str, int]
     cpu: bool = True
     pool_cores: float = 0.0
     read: Callable[[int], Optional[int]] = cpu_clock_ns
+    clock: Callable[[], int] = time.perf_counter_ns
     events: Callable[[int], Optional[str]] = stop_event
     priority: Callable[[int], Optional[Priority]] = read_priority
     wall_ns: Dict[str, int] = field(default_factory=dict)
@@ -177,21 +183,25 @@ class WorkerWatch:
         others = [pid for s, pid in self.pids.items() if s != side]
         return others[0] if len(others) == 1 else None
 
-    def before(self, side: str, now_ns: int) -> None:
+    def before(self, side: str) -> None:
+        """Just before ``side``'s request is sent."""
         pid = self._other(side)
-        self._open = (side, now_ns, self.read(pid) if pid is not None and self.cpu else None)
+        t0 = self.clock()
+        self._open = (side, t0, self.read(pid) if pid is not None and self.cpu else None)
 
-    def after(self, now_ns: int) -> None:
+    def after(self) -> None:
+        """Just after the reply to the request :meth:`before` opened has come."""
         if self._open is None:
             return
         side, t0, c0 = self._open
         self._open = None
-        self._check_priority(side)
         pid = self._other(side)
         c1 = self.read(pid) if pid is not None and c0 is not None else None
+        t1 = self.clock()
+        self._check_priority(side)
         if c1 is None:
             return
-        self.wall_ns[side] = self.wall_ns.get(side, 0) + max(0, now_ns - t0)
+        self.wall_ns[side] = self.wall_ns.get(side, 0) + max(0, t1 - t0)
         self.other_ns[side] = self.other_ns.get(side, 0) + max(0, c1 - c0)
 
     def add_summary(self, into: Dict[str, Dict[str, float]]) -> None:

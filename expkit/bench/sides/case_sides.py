@@ -128,14 +128,14 @@ class CaseSides:
             items = [(n, secrets.randbits(63)) for n, _ in group]
             sent = CLOCK()
             if watch is not None:
-                watch.before(side, int(sent * 1e9))
+                watch.before(side)
             if len(items) == 1:
                 reps = [self._ep(side).request("block", number=items[0][0], seed=items[0][1])]
             else:
                 reps = self._ep(side).request("block", items=items)["blocks"]
             got = CLOCK()
             if watch is not None:
-                watch.after(int(got * 1e9))
+                watch.after()
             stamps = [sent] + [t for r in reps for t in (r.get("t0"), r.get("t1"))] + [got]
             if None not in stamps and stamps == sorted(stamps):  # each block's inside the window, in order
                 latency += (stamps[1] - sent) + (got - stamps[-2])
