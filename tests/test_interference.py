@@ -85,31 +85,75 @@ def test_an_idle_workers_own_pool_may_spin_up_to_its_threads_but_one():
     assert w.findings("k", ROLES) == []
     _timed(w, clocks, "b", 40_000_000, 56_000_000)  # 1.4 cores: more than a spinning pool
     got = w.findings("k", ROLES)
-    assert [(f.figure, f.threshold) for f in got] == [(1.4, 1.25)], got
-    assert "limit 1.25 cores, 1 of them for its thread pool's spin" in got[0].message
+    assert [(f.figure, f.threshold) for f in got] == [(1.4, 1.35)], got  # 1.25, and 4 ms over one request
+    assert "limit 1.25 cores, 1 of them for its thread pool's spin, and 4 ms a request" in got[0].message
 
 
-def test_one_spinning_thread_is_one_core_however_long_the_parent_waits_around_its_reads():
-    """The other worker's one pool thread spins through every request, and the parent is
-    held off its core for 3 ms inside each CPU-clock read (a busy host): the wall the
-    figure is divided by spans the reads, so the thread reads one core, within its pool's
-    allowance. Stamped apart from the reads, the same requests read 2.5 cores."""
+class Kernel:
+    """One thread of pid 2 spinning through each request and asleep at its end, as the
+    kernel accounts it to another process: its time is folded in at the tick, so a reading
+    taken while it runs is up to a tick behind, one taken once it sleeps is exact."""
+
+    def __init__(self, behind_ns: int) -> None:
+        self.true_ns, self.behind_ns, self.running = 0, behind_ns, True
+
+    def read(self, pid: int):
+        if pid != 2:
+            return 0
+        return self.true_ns - (self.behind_ns if self.running else 0)
+
+
+def _spun(w: WorkerWatch, kernel: Kernel, requests: int, wall_ns: int, spin_ns: int) -> None:
+    for _ in range(requests):
+        kernel.running = True
+        w.before("b")
+        kernel.true_ns += spin_ns  # the pool's spin after the other worker's last block
+        kernel.running = False  # asleep before the request ends
+        w.clock.ns += wall_ns
+        w.after()
+
+
+def test_an_idle_pools_spin_read_a_tick_late_is_allowed_and_work_beyond_it_is_not():
+    """An honest pool's spinning thread reads a tick late at each request's start (up to
+    4 ms on a 4 ms tick): 3 ms requests it spun through read 2.3 cores, above the 1.25 of
+    the pool's allowance (an honest pool of two read 1.26 cores so on CI). Allowed one
+    lag a request for each pool thread; a pool spinning through 8 ms requests beside a
+    thread of 0.8 cores (1.8 cores, read half a core more) is not."""
+    kernel = Kernel(behind_ns=3_900_000)
+    w = WorkerWatch({"b": 1, "c": 2}, priority=SAME, read=kernel.read, events=lambda pid: None, clock=Wall(),
+                    pool_cores=1.0)
+    _spun(w, kernel, 8, 3_000_000, 3_000_000)
+    assert w.summary()["b"]["other_cpu_ms"] / w.summary()["b"]["timed_ms"] > 2.0, w.summary()
+    assert w.findings("k", ROLES) == []
+    _spun(w, kernel, 8, 8_000_000, 14_400_000)
+    (f,) = w.findings("k", ROLES)
+    assert f.figure > f.threshold and "over 8 requests" in f.message, f
+    kernel.behind_ns = 0  # one thread a side: no pool, every reading exact, no lag allowed
+    w = WorkerWatch({"b": 1, "c": 2}, priority=SAME, read=kernel.read, events=lambda pid: None, clock=Wall())
+    _spun(w, kernel, 8, 20_000_000, 6_000_000)
+    (f,) = w.findings("k", ROLES)
+    assert f.threshold == IDLE_CORES_LIMIT, f
+
+
+def test_the_wall_of_a_figure_spans_the_reads_however_long_the_parent_waits_in_them():
+    """The parent held off its core for 3 ms inside each CPU-clock read (a busy host)
+    while the other worker's one thread ran: the wall the figure is divided by is stamped
+    around the reads, so the thread reads one core. Stamped apart from the reads, the same
+    requests read 2.5 cores."""
     clocks, wall = Clocks(), Wall()
 
     def held_off(pid: int):
         wall.ns += 3_000_000
-        clocks.ns[2] += 3_000_000  # the spinning thread ran all the while
+        clocks.ns[2] += 3_000_000  # the other worker's thread ran all the while
         return clocks.ns[pid]
 
-    w = WorkerWatch({"b": 1, "c": 2}, priority=SAME, read=held_off, events=lambda pid: None, clock=wall,
-                    pool_cores=1.0)
+    w = WorkerWatch({"b": 1, "c": 2}, priority=SAME, read=held_off, events=lambda pid: None, clock=wall)
     for _ in range(10):
         w.before("b")
         wall.ns += 2_000_000
         clocks.ns[2] += 2_000_000
         w.after()
     assert w.summary()["b"]["other_cpu_ms"] / w.summary()["b"]["timed_ms"] <= 1.0, w.summary()
-    assert w.findings("k", ROLES) == []
 
 
 def test_a_worker_that_is_gone_is_not_judged():
