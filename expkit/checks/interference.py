@@ -17,10 +17,11 @@ outside, through the kernel, where a worker's code cannot reach:
   cores; honest candidates at two threads were `invalid` before that was allowed:
   evidence/README.md), and the kernel accounts a spinning thread of another process up to
   a scheduler tick late (:data:`READ_LAG_NS`, allowed a request for each pool thread). One
-  that computed beyond that while its sibling was timed competed with it for the machine. With the freeze (the default,
-  ``bench/defences/freeze.py``) the idle worker is stopped while the other side is timed: it spends
-  nothing, and the pool's allowance is given only where the run turns the freeze off
-  (inside it a thread of the candidate's that computed only then was `supported`).
+  that computed beyond that while its sibling was timed competed with it for the machine.
+  With the freeze (the default, ``bench/defences/freeze.py``) the idle worker is stopped
+  while the other side is timed: it spends nothing, and the pool's allowance is given only
+  where the run turns the freeze off (inside it a thread of the candidate's that computed
+  only then was `supported`).
 - **Stops**, two ways. The kernel tells a parent when its child was stopped or continued
   (:func:`stop_event`: ``waitid`` with ``WSTOPPED | WCONTINUED``), and each worker
   counts the ``SIGCONT`` that ends every stop (:func:`count_continues`, installed before
@@ -160,8 +161,8 @@ class WorkerWatch:
     zero. The wall a side's CPU figure is divided by is stamped on ``clock`` before the
     first read of the other worker's CPU clock and after the second, so it spans the time
     the reading covers however long the parent itself waits around its reads (a busy
-    host), but for the kernel's lag (:data:`READ_LAG_NS`). ``cpu``: whether the CPU time is watched (a CPU run;
-    stops and priorities are watched either way). Each side's priority (its main
+    host), but for the kernel's lag (:data:`READ_LAG_NS`). ``cpu``: whether the CPU time
+    is watched (a CPU run; stops and priorities are watched either way). Each side's priority (its main
     thread's scheduling policy and nice: the thread that times its calls) is read after
     each of its requests and held against ``expected``: the parent's, which a worker
     inherits, or the policy the relay gave both (``bench.sides.case_sides``). ``pool_cores``:
@@ -244,8 +245,8 @@ class WorkerWatch:
             allowed = limit * wall + lag
             if not other or wall <= 0 or spent < IDLE_MIN_NS or spent <= allowed:
                 continue
-            lagged = (f", and {READ_LAG_NS / 1e6:g} ms a request for each for the kernel's late account of a "
-                      f"spinning thread: {allowed / wall:.2f} cores over {n} requests") if lag else ""
+            lagged = (f", and {READ_LAG_NS / 1e6:g} ms a request for each pool thread, the kernel's late account "
+                      f"of a spinning thread: {allowed / wall:.2f} cores over {n} requests") if lag else ""
             out.append(Finding(INTERFERENCE, False, (
                 f"the {roles.get(other[0], other[0])}'s process spent {spent / 1e6:.1f} ms of CPU time "
                 f"({spent / wall:.2f} cores) while only the {roles.get(side, side)} was to run "
