@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 
 import pytest
@@ -37,9 +38,13 @@ class Wall:
         return self.ns
 
 
+#: The tests' scheduler tick, whatever the host's: the 2-core machine's.
+TICK_NS = 4_000_000
+
+
 def watch(clocks: Clocks, wall: "Wall | None" = None, **kw) -> WorkerWatch:
     return WorkerWatch({"b": 1, "c": 2}, priority=SAME, read=clocks.read, events=lambda pid: None,
-                       clock=wall or Wall(), **kw)
+                       clock=wall or Wall(), read_lag_ns=TICK_NS, **kw)
 
 
 def _timed(w: WorkerWatch, clocks: Clocks, side: str, wall_ns: int, other_ns: int) -> None:
@@ -121,7 +126,7 @@ def test_an_idle_pools_spin_read_a_tick_late_is_allowed_and_work_beyond_it_is_no
     thread of 0.8 cores (1.8 cores, read half a core more) is not."""
     kernel = Kernel(behind_ns=3_900_000)
     w = WorkerWatch({"b": 1, "c": 2}, priority=SAME, read=kernel.read, events=lambda pid: None, clock=Wall(),
-                    pool_cores=1.0)
+                    pool_cores=1.0, read_lag_ns=TICK_NS)
     _spun(w, kernel, 8, 3_000_000, 3_000_000)
     assert w.summary()["b"]["other_cpu_ms"] / w.summary()["b"]["timed_ms"] > 2.0, w.summary()
     assert w.findings("k", ROLES) == []
@@ -133,6 +138,25 @@ def test_an_idle_pools_spin_read_a_tick_late_is_allowed_and_work_beyond_it_is_no
     _spun(w, kernel, 8, 20_000_000, 6_000_000)
     (f,) = w.findings("k", ROLES)
     assert f.threshold == IDLE_CORES_LIMIT, f
+
+
+def test_the_lag_allowed_is_the_kernels_scheduler_tick(monkeypatch):
+    """The coarse clock's resolution is the tick (1/CONFIG_HZ: 1, 3.3, 4 or 10 ms); where it
+    cannot be read, or reads no tick Linux is built with, the longest one."""
+    if sys.platform.startswith("linux"):
+        assert interference.READ_LAG_NS in (1_000_000, 3_333_333, 4_000_000, 10_000_000), interference.READ_LAG_NS
+    assert WorkerWatch({"b": 1, "c": 2}).read_lag_ns == interference.READ_LAG_NS
+
+    def unreadable(clock_id: int) -> float:
+        raise OSError("no such clock")
+
+    monkeypatch.setattr(interference.time, "clock_getres", unreadable)
+    assert interference.scheduler_tick_ns() == 10_000_000
+    for not_a_tick in (1e-9, 0.5):  # a fine clock's resolution, or half a second
+        monkeypatch.setattr(interference.time, "clock_getres", lambda clock_id: not_a_tick)
+        assert interference.scheduler_tick_ns() == 10_000_000
+    monkeypatch.setattr(interference.time, "clock_getres", lambda clock_id: 0.001)
+    assert interference.scheduler_tick_ns() == 1_000_000
 
 
 def test_the_wall_of_a_figure_spans_the_reads_however_long_the_parent_waits_in_them():

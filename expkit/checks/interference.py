@@ -58,13 +58,27 @@ INTERFERENCE = "interference"
 #: judged at all (a millisecond is a few scheduler ticks' worth of noise).
 IDLE_CORES_LIMIT = 0.25
 IDLE_MIN_NS = 5_000_000
+_CLOCK_MONOTONIC_COARSE = 6  # Linux's clock id of the clock that advances once a scheduler tick
+
+
+def scheduler_tick_ns() -> int:
+    """The kernel's scheduler tick (``1/CONFIG_HZ``): the resolution of its coarse clock,
+    which advances once a tick; 10 ms, the longest tick Linux is built with, where that
+    cannot be read or is no tick Linux is built with (shorter than 1 ms or longer than 10)."""
+    try:
+        tick = int(round(time.clock_getres(_CLOCK_MONOTONIC_COARSE) * 1e9))
+    except (OSError, ValueError, AttributeError):
+        return 10_000_000
+    return tick if 1_000_000 <= tick <= 10_000_000 else 10_000_000
+
+
 #: How far behind the kernel's account of another process's CPU time can be, for each of
 #: its threads on a core when it is read: a running thread's time is folded in at the
-#: scheduler tick (4 ms at ``CONFIG_HZ=250``, the 2-core machine's kernel: another
+#: scheduler tick (4 ms on the 2-core machine's kernel, ``CONFIG_HZ=250``: another
 #: process's clock advanced in 4 ms steps while it spun, evidence/README.md). An idle
 #: pool's spinning thread is on a core as a request starts and asleep when it ends, so its
 #: reading takes in up to one tick of spin from before the request, a request.
-READ_LAG_NS = 4_000_000
+READ_LAG_NS = scheduler_tick_ns()
 
 _CPUCLOCK_SCHED = 2  # the kernel's process CPU-time clock id for a pid: ((~pid) << 3) | 2
 
@@ -167,7 +181,8 @@ class WorkerWatch:
     each of its requests and held against ``expected``: the parent's, which a worker
     inherits, or the policy the relay gave both (``bench.sides.case_sides``). ``pool_cores``:
     the cores an idle worker's own thread pool may spin (``measure.cpu_threads - 1``),
-    allowed beyond :data:`IDLE_CORES_LIMIT`, and :data:`READ_LAG_NS` a request for each.
+    allowed beyond :data:`IDLE_CORES_LIMIT`, and ``read_lag_ns`` (:data:`READ_LAG_NS`) a
+    request for each.
     Without a pool (one thread a side, or the freeze: a stopped worker has no thread on a
     core) every reading is exact and no lag is allowed.
     ``read``, ``events``, ``priority`` and ``clock`` are the seams for tests."""
@@ -175,6 +190,7 @@ class WorkerWatch:
     pids: Mapping[str, int]
     cpu: bool = True
     pool_cores: float = 0.0
+    read_lag_ns: int = READ_LAG_NS
     read: Callable[[int], Optional[int]] = cpu_clock_ns
     clock: Callable[[], int] = time.perf_counter_ns
     events: Callable[[int], Optional[str]] = stop_event
@@ -241,11 +257,11 @@ class WorkerWatch:
             other = [s for s in self.pids if s != side]
             spent = self.other_ns.get(side, 0)
             n = self.requests.get(side, 0)
-            lag = n * self.pool_cores * READ_LAG_NS
+            lag = n * self.pool_cores * self.read_lag_ns
             allowed = limit * wall + lag
             if not other or wall <= 0 or spent < IDLE_MIN_NS or spent <= allowed:
                 continue
-            lagged = (f", and {READ_LAG_NS / 1e6:g} ms a request for each pool thread, the kernel's late account "
+            lagged = (f", and {self.read_lag_ns / 1e6:g} ms a request for each pool thread, the kernel's late account "
                       f"of a spinning thread: {allowed / wall:.2f} cores over {n} requests") if lag else ""
             out.append(Finding(INTERFERENCE, False, (
                 f"the {roles.get(other[0], other[0])}'s process spent {spent / 1e6:.1f} ms of CPU time "
