@@ -378,7 +378,9 @@ def test_honest_candidates_on_two_threads_raise_no_alarm(name, freeze, tmp_path)
     `invalid` (`interference`, 0.43 and 0.58 cores of the idle worker) before the watch
     allowed an idle pool its spin (evidence/defences/confine/README.md). With the
     freeze the idle worker is stopped and spins nothing, and the allowance is not given;
-    without it, the allowance is what keeps them clear. On a busy host the product's
+    without it, the allowance is what keeps them clear, with a scheduler tick a request for
+    the kernel's late account of the spinning thread (on CI ``honest_blocked`` read 1.26
+    cores before that: evidence/defences/interference-lag). On a busy host the product's
     contract (:func:`alarms`): ``honest_blocked`` read 13.6x beside one busy process, its
     baseline's pool of two slowed by the wait, and the plausibility warning that names the
     busy host (a ``contention`` finding measured the wait) is no alarm."""
