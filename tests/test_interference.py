@@ -42,7 +42,9 @@ class Wall:
 TICK_NS = 4_000_000
 
 
-def watch(clocks: Clocks, wall: "Wall | None" = None, **kw) -> WorkerWatch:
+def watch(clocks, wall: "Wall | None" = None, **kw) -> WorkerWatch:
+    """The baseline (pid 1) and candidate (pid 2) watched through ``clocks.read``, on a
+    parent's clock advanced by hand and the tests' tick."""
     return WorkerWatch({"b": 1, "c": 2}, priority=SAME, read=clocks.read, events=lambda pid: None,
                        clock=wall or Wall(), read_lag_ns=TICK_NS, **kw)
 
@@ -125,8 +127,7 @@ def test_an_idle_pools_spin_read_a_tick_late_is_allowed_and_work_beyond_it_is_no
     lag a request for each pool thread; a pool spinning through 8 ms requests beside a
     thread of 0.8 cores (1.8 cores, read half a core more) is not."""
     kernel = Kernel(behind_ns=3_900_000)
-    w = WorkerWatch({"b": 1, "c": 2}, priority=SAME, read=kernel.read, events=lambda pid: None, clock=Wall(),
-                    pool_cores=1.0, read_lag_ns=TICK_NS)
+    w = watch(kernel, pool_cores=1.0)
     _spun(w, kernel, 8, 3_000_000, 3_000_000)
     assert w.summary()["b"]["other_cpu_ms"] / w.summary()["b"]["timed_ms"] > 2.0, w.summary()
     assert w.findings("k", ROLES) == []
@@ -134,7 +135,7 @@ def test_an_idle_pools_spin_read_a_tick_late_is_allowed_and_work_beyond_it_is_no
     (f,) = w.findings("k", ROLES)
     assert f.figure > f.threshold and "over 8 requests" in f.message, f
     kernel.behind_ns = 0  # one thread a side: no pool, every reading exact, no lag allowed
-    w = WorkerWatch({"b": 1, "c": 2}, priority=SAME, read=kernel.read, events=lambda pid: None, clock=Wall())
+    w = watch(kernel)
     _spun(w, kernel, 8, 20_000_000, 6_000_000)
     (f,) = w.findings("k", ROLES)
     assert f.threshold == IDLE_CORES_LIMIT, f
